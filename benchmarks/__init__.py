@@ -1,0 +1,1 @@
+"""Benchmarks: trace replay on the real vLLM scheduler, overhead, studies."""

@@ -1,0 +1,1 @@
+"""Adapters that run `policies` inside vLLM engines."""

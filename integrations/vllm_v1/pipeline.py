@@ -1,0 +1,120 @@
+"""`Pipeline`: the policies one vLLM engine runs, composed in plain Python.
+
+The engine-core process builds the scheduler itself, so the pipeline travels
+to it inside ``vllm_config.additional_config`` (pickled, base64): any pipeline
+made of importable classes reaches the engine, including one built in a
+notebook.
+"""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from policies import AdmissionPolicy, FCFSOrder, RankingPolicy, TokenCapPolicy
+
+if TYPE_CHECKING:
+    from vllm import LLM
+
+    from integrations.vllm_v1.server import LocalServer
+
+CONFIG_KEY = "llm_serving_policies"
+SCHEDULER_CLS = "integrations.vllm_v1.scheduler.PolicyScheduler"
+ASYNC_SCHEDULER_CLS = "integrations.vllm_v1.scheduler.AsyncPolicyScheduler"
+
+
+def _implements(protocol: type, optional: bool = False):
+    def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if value is None and optional:
+            return
+        if not isinstance(value, protocol):
+            members = ", ".join(sorted(n for n in protocol.__dict__ if not n.startswith("_")))
+            raise TypeError(
+                f"Pipeline.{attribute.name} must implement {protocol.__name__} "
+                f"({members}), got {type(value).__name__}"
+            )
+
+    return check
+
+
+@attrs.frozen(kw_only=True)
+class Pipeline:
+    """The serving policies of one engine; every slot is optional.
+
+    ``Pipeline()`` is the identity: it schedules exactly like stock vLLM ``fcfs``.
+    """
+
+    ranking: RankingPolicy = attrs.field(factory=FCFSOrder, validator=_implements(RankingPolicy))
+    """Order of the waiting queue and of running requests (victims come from the tail)."""
+    admission: AdmissionPolicy | None = attrs.field(
+        default=None, validator=_implements(AdmissionPolicy, optional=True)
+    )
+    """Accepts or rejects each request on arrival."""
+    token_cap: TokenCapPolicy | None = attrs.field(
+        default=None, validator=_implements(TokenCapPolicy, optional=True)
+    )
+    """Caps the prefill tokens a request may be scheduled per step."""
+
+    @property
+    def reorders_requests(self) -> bool:
+        """Whether the ranking can reorder anything (FCFS cannot)."""
+        return not isinstance(self.ranking, FCFSOrder)
+
+    def to_additional_config(self) -> dict[str, Any]:
+        """The ``additional_config`` entry that carries this pipeline to the engine."""
+        blob = base64.b64encode(pickle.dumps(self)).decode("ascii")
+        return {CONFIG_KEY: {"pipeline": blob}}
+
+    @classmethod
+    def from_additional_config(cls, additional_config: object) -> Pipeline:
+        """The pipeline carried in ``additional_config``, or the identity pipeline if none."""
+        entry = additional_config.get(CONFIG_KEY) if isinstance(additional_config, dict) else None
+        if not entry:
+            return cls()
+        pipeline = pickle.loads(base64.b64decode(entry["pipeline"]))
+        if not isinstance(pipeline, cls):
+            raise TypeError(f"{CONFIG_KEY}.pipeline holds a {type(pipeline).__name__}")
+        return pipeline
+
+    def engine_kwargs(self, **engine_kwargs: Any) -> dict[str, Any]:
+        """``engine_kwargs`` plus the scheduler class and this pipeline's config.
+
+        Picks ``AsyncPolicyScheduler`` when the engine will schedule
+        asynchronously (GPU default), else ``PolicyScheduler``.
+        """
+        if "scheduler_cls" in engine_kwargs:
+            raise ValueError("scheduler_cls is set by the pipeline; do not pass it")
+        additional = dict(engine_kwargs.pop("additional_config", None) or {})
+        additional.update(self.to_additional_config())
+        return {
+            **engine_kwargs,
+            "scheduler_cls": ASYNC_SCHEDULER_CLS
+            if _schedules_async(engine_kwargs)
+            else SCHEDULER_CLS,
+            "additional_config": additional,
+        }
+
+    def llm(self, **engine_kwargs: Any) -> LLM:
+        """A ``vllm.LLM`` whose scheduler runs this pipeline."""
+        from vllm import LLM
+
+        return LLM(**self.engine_kwargs(**engine_kwargs))
+
+    def serve(self, model: str, *, host: str = "127.0.0.1", port: int = 8000,
+              vllm_args: tuple[str, ...] = (), log_path: str | None = None) -> LocalServer:
+        """Start vLLM's OpenAI server with this pipeline in a child process."""
+        from integrations.vllm_v1.server import LocalServer
+
+        return LocalServer.start(self, model, host=host, port=port, vllm_args=vllm_args,
+                                 log_path=log_path)
+
+
+def _schedules_async(engine_kwargs: dict[str, Any]) -> bool:
+    if engine_kwargs.get("async_scheduling") is not None:
+        return bool(engine_kwargs["async_scheduling"])
+    from vllm.platforms import current_platform
+
+    return not current_platform.is_cpu() and engine_kwargs.get("speculative_config") is None

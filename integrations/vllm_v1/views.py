@@ -1,0 +1,40 @@
+"""vLLM objects in, policy views out: the only translation between the two."""
+
+from __future__ import annotations
+
+from vllm.v1.request import Request
+
+from policies import RequestMetadata, RequestView, parse_request_metadata
+
+
+def request_metadata(request: Request) -> RequestMetadata:
+    """Validated priority, tenant, class and deadline of a vLLM request.
+
+    Raises:
+        InvalidRequestMetadata: if ``priority`` or ``vllm_xargs`` are unacceptable.
+    """
+    params = request.sampling_params
+    extra_args = params.extra_args if params is not None else None
+    return parse_request_metadata(request.priority, extra_args)
+
+
+def request_view(request: Request, metadata: RequestMetadata) -> RequestView:
+    """A frozen view of ``request`` as it stands now."""
+    deadline_s = (
+        request.arrival_time + metadata.deadline_ms / 1000.0
+        if metadata.deadline_ms is not None
+        else None
+    )
+    return RequestView(
+        request_id=request.request_id,
+        arrival_s=request.arrival_time,
+        prompt_tokens=request.num_prompt_tokens,
+        priority=metadata.priority,
+        computed_tokens=request.num_computed_tokens,
+        output_tokens=request.num_output_tokens,
+        max_output_tokens=request.max_tokens,
+        tenant=metadata.tenant,
+        slo_class=metadata.slo_class,
+        deadline_s=deadline_s,
+        num_preemptions=request.num_preemptions,
+    )

@@ -1,0 +1,38 @@
+"""Serving policies for LLM engines: pure Python, no vLLM, no torch.
+
+Policies see frozen views (`RequestView`, `LoadSnapshot`), take the step's
+``now`` as an argument and return decisions. `integrations.vllm_v1` runs them
+inside a real vLLM V1 engine.
+"""
+
+from policies.admission import AdmissionDecision, QueueDepthLimit
+from policies.clock import ManualClock
+from policies.errors import InvalidRequestMetadata
+from policies.metadata import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    RequestMetadata,
+    parse_request_metadata,
+)
+from policies.protocols import AdmissionPolicy, RankingPolicy, TokenCapPolicy
+from policies.ranking import FCFSOrder, QoSRanker
+from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
+    "AdmissionDecision",
+    "AdmissionPolicy",
+    "FCFSOrder",
+    "InvalidRequestMetadata",
+    "LoadSnapshot",
+    "ManualClock",
+    "QoSRanker",
+    "QueueDepthLimit",
+    "RankingPolicy",
+    "RequestMetadata",
+    "RequestView",
+    "TokenCapPolicy",
+    "parse_request_metadata",
+]

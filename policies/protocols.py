@@ -1,0 +1,43 @@
+"""One protocol per policy family the scheduler integration can plug in.
+
+Policies never see vLLM objects: they get frozen views and the step's ``now``
+and return plain values or frozen decisions.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from policies.admission import AdmissionDecision
+from policies.views import LoadSnapshot, RequestView
+
+
+@runtime_checkable
+class RankingPolicy(Protocol):
+    """Orders waiting and running requests; a lower key is served first."""
+
+    def rank_key(self, request: RequestView) -> float:
+        """A key that does not change while the request waits."""
+        ...
+
+    def effective_priority(self, request: RequestView, now: float) -> float:
+        """Urgency at ``now``; ranks requests exactly as ``rank_key`` does."""
+        ...
+
+
+@runtime_checkable
+class AdmissionPolicy(Protocol):
+    """Decides, on arrival, whether a request enters the engine at all."""
+
+    def admit(self, request: RequestView, load: LoadSnapshot) -> AdmissionDecision:
+        """Accept, or reject with a reason and a Retry-After hint."""
+        ...
+
+
+@runtime_checkable
+class TokenCapPolicy(Protocol):
+    """Caps the tokens one request may be scheduled in one step."""
+
+    def token_cap(self, request: RequestView, load: LoadSnapshot) -> int | None:
+        """At most this many tokens this step (``None``: no cap, 0: skip it)."""
+        ...

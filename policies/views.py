@@ -1,0 +1,46 @@
+"""Frozen views: what a policy may see of a request or of the engine's load."""
+
+from __future__ import annotations
+
+import attrs
+
+DEFAULT_TENANT = "default"
+
+
+def _non_negative(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class RequestView:
+    """An immutable snapshot of one request, in policy terms.
+
+    Times are seconds on the caller's clock (the same clock as the ``now`` the
+    caller passes to policies). ``priority`` follows vLLM: lower is more urgent.
+    """
+
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int = attrs.field(validator=_non_negative)
+    priority: int = 0
+    computed_tokens: int = attrs.field(default=0, validator=_non_negative)
+    output_tokens: int = attrs.field(default=0, validator=_non_negative)
+    max_output_tokens: int | None = None
+    tenant: str = DEFAULT_TENANT
+    slo_class: str | None = None
+    deadline_s: float | None = None
+    num_preemptions: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen(kw_only=True)
+class LoadSnapshot:
+    """The engine's load at the start of one scheduler step."""
+
+    now: float
+    waiting_requests: int = attrs.field(validator=_non_negative)
+    running_requests: int = attrs.field(validator=_non_negative)
+    kv_usage: float = attrs.field(validator=_non_negative)
+    """Fraction of KV-cache blocks in use, in [0, 1]."""
+    token_budget: int = attrs.field(validator=_non_negative)
+    """Tokens the engine may schedule in one step (``max_num_batched_tokens``)."""
