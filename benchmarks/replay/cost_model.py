@@ -20,7 +20,7 @@ and H200 coefficients; `fit_cost_model` calibrates them to measured steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 import attrs
@@ -36,8 +36,10 @@ def _check_count(minimum: int):
 
 
 def _check_seconds(_instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not (
-        math.isfinite(value) and value >= 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and value >= 0)
     ):
         raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
@@ -97,8 +99,7 @@ class StepBatch:
     def prefill_pairs(self) -> float:
         """Query-key pairs of causal prefill attention: ``Σ c·(k + (c+1)/2)``."""
         return sum(
-            chunk.tokens * (chunk.cached_tokens + (chunk.tokens + 1) / 2)
-            for chunk in self.prefills
+            chunk.tokens * (chunk.cached_tokens + (chunk.tokens + 1) / 2) for chunk in self.prefills
         )
 
 
@@ -141,15 +142,13 @@ class StepCostModel:
 
     def step_time_s(self, batch: StepBatch) -> float:
         """Seconds the engine takes to run ``batch`` in one step."""
-        num_decodes = len(batch.decode_context_tokens)
         linear = (
             self.weight_read_s**1.5 + (batch.num_tokens * self.matmul_s_per_token) ** 1.5
         ) ** (2 / 3)
         head = max(self.head_read_s, batch.num_logit_rows * self.head_s_per_row)
-        decode = (
-            (self.num_layers * self.decode_launch_s_per_layer if num_decodes else 0.0)
-            + sum(batch.decode_context_tokens) * self.decode_s_per_context_token
-        )
+        kv_reads = sum(batch.decode_context_tokens) * self.decode_s_per_context_token
+        launches = self.num_layers * self.decode_launch_s_per_layer
+        decode = kv_reads + (launches if batch.decode_context_tokens else 0.0)
         prefill = (
             batch.prefill_pairs * self.prefill_attn_s_per_pair
             + batch.prefill_tokens * self.prefill_attn_s_per_token
@@ -232,79 +231,127 @@ PRESETS: Mapping[str, StepCostModel] = MappingProxyType(
 """Llama-3-8B bf16 step-cost models by GPU: "a100" (80G SXM), "h100" (SXM), "h200"."""
 
 
-_FITTED = (
+# Calibration. Given the two crossovers c_lin = Tw/τ (tokens) and c_head = Th/τh (rows),
+# a step's time is linear in the remaining coefficients:
+#   t0 + Tw·(1 + (N/c_lin)^1.5)^(2/3) + Th·max(1, S/c_head) + α·L·[n_d>0] + β·ctx + π·pairs + γ'·n_p
+_LINEAR = (
     "t0_s",
     "weight_read_s",
-    "matmul_s_per_token",
     "head_read_s",
-    "head_s_per_row",
     "decode_launch_s_per_layer",
     "decode_s_per_context_token",
     "prefill_attn_s_per_pair",
     "prefill_attn_s_per_token",
 )
+_SEARCH_SPAN = math.log(10.0)  # crossovers are searched within 10x of base's, then refined
+_SEARCH_POINTS = 21
+_SEARCH_TOLERANCE = 1e-7  # in log(crossover)
 
 
-def _features(batches: Sequence[StepBatch]) -> dict[str, np.ndarray]:
-    return {
-        "tokens": np.array([b.num_tokens for b in batches], dtype=float),
-        "rows": np.array([b.num_logit_rows for b in batches], dtype=float),
-        "decoding": np.array([bool(b.decode_context_tokens) for b in batches], dtype=float),
-        "context": np.array([sum(b.decode_context_tokens) for b in batches], dtype=float),
-        "pairs": np.array([b.prefill_pairs for b in batches], dtype=float),
-        "prefill": np.array([b.prefill_tokens for b in batches], dtype=float),
-    }
-
-
-def _predict(
-    coef: np.ndarray, x: dict[str, np.ndarray], num_layers: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Step times for coefficients ``coef`` (in `_FITTED` order) and d(time)/d(log coef)."""
-    t0, tw, tau, th, tau_h, alpha, beta, pi, gamma = coef
-    matmul = x["tokens"] * tau
-    linear = (tw**1.5 + matmul**1.5) ** (2 / 3)
-    head_rows = x["rows"] * tau_h
-    head_bound = th >= head_rows
-    terms = np.stack(
+def _features(batches: Sequence[StepBatch], num_layers: int) -> np.ndarray:
+    """Per batch: N, S, then the columns of the terms linear in α, β, π, γ'."""
+    return np.array(
         [
-            np.full_like(linear, t0),
-            tw * np.sqrt(tw / linear),
-            matmul * np.sqrt(matmul / linear),
-            np.where(head_bound, th, 0.0),
-            np.where(head_bound, 0.0, head_rows),
-            x["decoding"] * num_layers * alpha,
-            x["context"] * beta,
-            x["pairs"] * pi,
-            x["prefill"] * gamma,
+            (
+                b.num_tokens,
+                b.num_logit_rows,
+                num_layers if b.decode_context_tokens else 0,
+                sum(b.decode_context_tokens),
+                b.prefill_pairs,
+                b.prefill_tokens,
+            )
+            for b in batches
         ],
-        axis=1,
+        dtype=float,
     )
-    time = t0 + linear + np.maximum(th, head_rows) + terms[:, 5:].sum(axis=1)
-    return time, terms
+
+
+def _design(features: np.ndarray, log_crossovers: np.ndarray) -> np.ndarray:
+    """The columns that multiply each `_LINEAR` coefficient, given log(c_lin), log(c_head)."""
+    c_lin, c_head = np.exp(log_crossovers)
+    tokens, rows = features[:, 0], features[:, 1]
+    return np.column_stack(
+        [
+            np.ones(len(features)),
+            (1 + (tokens / c_lin) ** 1.5) ** (2 / 3),
+            np.maximum(1.0, rows / c_head),
+            features[:, 2:],
+        ]
+    )
+
+
+def _nonnegative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin |a·x - b| subject to x >= 0 (Lawson and Hanson's active-set method)."""
+    x = np.zeros(a.shape[1])
+    passive = np.zeros(a.shape[1], dtype=bool)
+    for _ in range(3 * a.shape[1]):
+        gain = a.T @ (b - a @ x)
+        if not np.any(~passive & (gain > 1e-12)):
+            break
+        passive[np.argmax(np.where(passive, -np.inf, gain))] = True
+        while True:
+            z = np.zeros_like(x)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if np.all(z[passive] > 0):
+                x = z
+                break
+            blocking = passive & (z <= 0)
+            x = x + np.min(x[blocking] / (x[blocking] - z[blocking])) * (z - x)
+            passive &= x > 1e-15
+            x[~passive] = 0.0
+    return x
+
+
+def _minimise_1d(objective: Callable[[float], float], center: float) -> tuple[float, float]:
+    """Minimise over ``center ± _SEARCH_SPAN``: best grid point, then golden-section search."""
+    grid = np.linspace(center - _SEARCH_SPAN, center + _SEARCH_SPAN, _SEARCH_POINTS)
+    values = [objective(x) for x in grid]
+    best = int(np.argmin(values))
+    low, high = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
+    shrink = (math.sqrt(5) - 1) / 2
+    inner_low, inner_high = high - shrink * (high - low), low + shrink * (high - low)
+    value_low, value_high = objective(inner_low), objective(inner_high)
+    while high - low > _SEARCH_TOLERANCE:
+        if value_low <= value_high:
+            high, inner_high, value_high = inner_high, inner_low, value_low
+            inner_low = high - shrink * (high - low)
+            value_low = objective(inner_low)
+        else:
+            low, inner_low, value_low = inner_low, inner_high, value_high
+            inner_high = low + shrink * (high - low)
+            value_high = objective(inner_high)
+    candidates = [(values[best], grid[best]), (value_low, inner_low), (value_high, inner_high)]
+    value, x = min(candidates)
+    return float(x), float(value)
 
 
 def fit_cost_model(
     samples: Sequence[tuple[StepBatch, float]],
     base: StepCostModel,
     *,
-    prior_weight: float = 1e-4,
-    max_iterations: int = 200,
+    prior_weight: float = 1e-3,
 ) -> StepCostModel:
-    """Coefficients that best explain measured ``(batch, step seconds)`` samples.
+    """The coefficients that best explain measured ``(batch, step seconds)`` samples.
 
-    Minimises the sum of squared relative errors ``(model - measured) / measured``
-    plus ``prior_weight`` times the squared log-ratios of the coefficients to
-    ``base``'s, by Levenberg-Marquardt over the logs of the coefficients (so
-    they stay positive). The weak prior keeps coefficients that the samples
-    cannot separate (e.g. ``t0_s`` against ``head_read_s`` when every batch is
-    small) at their base values; with samples that cover both sides of the
-    matmul and LM-head crossovers, prefill-only and decode steps, and prefix
-    hits, every coefficient is identifiable. Coefficients that are 0 in
-    ``base``, and ``num_layers``, are kept as they are.
+    Minimises the squared relative errors ``(model - measured) / measured``
+    plus ``prior_weight`` times the squared relative deviations of the
+    coefficients from ``base``'s (a Gaussian prior, ``prior_weight = (noise /
+    spread)²``: the default 1e-3 suits ~1 % timing noise and base coefficients
+    trusted to ~±30 %; 0 gives plain least squares). Given the two crossovers
+    ``Tw/τ`` (tokens) and ``Th/τh`` (rows) the model is linear in the other
+    coefficients, which are solved exactly (non-negative least squares); the
+    crossovers are searched on a grid within 10x of ``base``'s and refined.
+
+    Samples that straddle both crossovers (at least two batch sizes above
+    each), with prefill-only and decode steps and prefix hits, identify every
+    coefficient; what the samples cannot separate stays at ``base`` (e.g. the
+    decode terms when no sample decodes). Coefficients that are 0 in ``base``,
+    and ``num_layers``, are kept as they are.
 
     Raises:
-        ValueError: if there are no samples, a measured time is not a positive
-            finite number, or ``prior_weight`` is negative.
+        ValueError: for no samples, a measured time that is not a positive
+            finite number, a negative ``prior_weight``, or a ``base`` whose
+            ``Tw``, ``τ``, ``Th`` or ``τh`` is 0 (its crossover is undefined).
     """
     if not samples:
         raise ValueError("fit_cost_model needs at least one sample")
@@ -313,39 +360,47 @@ def fit_cost_model(
         raise ValueError("measured step times must be positive finite numbers of seconds")
     if not (math.isfinite(prior_weight) and prior_weight >= 0):
         raise ValueError(f"prior_weight must be a finite number >= 0, got {prior_weight!r}")
-    x = _features([batch for batch, _ in samples])
-    base_coef = np.array([getattr(base, name) for name in _FITTED], dtype=float)
-    free = base_coef > 0
-    log_base = np.log(np.where(free, base_coef, 1.0))
+    for name in ("weight_read_s", "matmul_s_per_token", "head_read_s", "head_s_per_row"):
+        if getattr(base, name) == 0:
+            raise ValueError(f"fit_cost_model needs a base with {name} > 0")
+    features = _features([batch for batch, _ in samples], base.num_layers)
+    base_linear = np.array([getattr(base, name) for name in _LINEAR])
+    free = base_linear > 0
+    prior = math.sqrt(prior_weight)
+    base_crossovers = np.log(
+        [base.weight_read_s / base.matmul_s_per_token, base.head_read_s / base.head_s_per_row]
+    )
 
-    def cost_and_parts(log_coef: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        coef = np.where(free, np.exp(log_coef), 0.0)
-        time, jacobian = _predict(coef, x, base.num_layers)
-        residual = (time - measured) / measured
-        prior = log_coef[free] - log_base[free]
-        cost = float(residual @ residual + prior_weight * (prior @ prior))
-        return cost, residual, jacobian[:, free] / measured[:, None]
+    def solve(log_crossovers: np.ndarray) -> tuple[np.ndarray, float]:
+        """Best coefficients, as multiples of base's, for these crossovers; and the cost."""
+        design = _design(features, log_crossovers)[:, free] * base_linear[free] / measured[:, None]
+        lhs = np.vstack([design, prior * np.eye(int(free.sum()))])
+        rhs = np.concatenate([np.ones(len(measured)), np.full(int(free.sum()), prior)])
+        # Solve for the change from base, so directions no sample sees keep base's value.
+        ratio = 1 + np.linalg.lstsq(lhs, rhs - lhs.sum(axis=1), rcond=None)[0]
+        if np.any(ratio < 0):
+            ratio = _nonnegative_least_squares(lhs, rhs)
+        crossover_prior = prior * (log_crossovers - base_crossovers)
+        residual = lhs @ ratio - rhs
+        return ratio, float(residual @ residual + crossover_prior @ crossover_prior)
 
-    log_coef = log_base.copy()
-    cost, residual, jacobian = cost_and_parts(log_coef)
-    damping = 1e-3
-    for _ in range(max_iterations):
-        gradient = jacobian.T @ residual + prior_weight * (log_coef[free] - log_base[free])
-        hessian = jacobian.T @ jacobian + prior_weight * np.eye(int(free.sum()))
-        scaled = hessian + damping * np.diag(np.diag(hessian) + 1e-12)
-        step = np.linalg.solve(scaled, -gradient)
-        trial = log_coef.copy()
-        trial[free] += step
-        trial_cost, trial_residual, trial_jacobian = cost_and_parts(trial)
-        if trial_cost < cost:
-            converged = cost - trial_cost <= 1e-15 * max(cost, 1e-300)
-            log_coef, cost, residual, jacobian = trial, trial_cost, trial_residual, trial_jacobian
-            damping = max(damping / 3, 1e-12)
-            if converged or np.max(np.abs(step)) < 1e-10:
-                break
-        else:
-            damping *= 4
-            if damping > 1e12:
-                break
-    fitted = np.where(free, np.exp(log_coef), 0.0)
-    return attrs.evolve(base, **{name: float(v) for name, v in zip(_FITTED, fitted, strict=True)})
+    def best_for_head(log_head: float) -> float:
+        return _minimise_1d(lambda log_lin: solve(np.array([log_lin, log_head]))[1], c_lin0)[1]
+
+    c_lin0, c_head0 = base_crossovers
+    log_head = _minimise_1d(best_for_head, c_head0)[0]
+    log_lin = _minimise_1d(lambda x: solve(np.array([x, log_head]))[1], c_lin0)[0]
+    log_crossovers = np.array([log_lin, log_head])
+    ratio = solve(log_crossovers)[0]
+    linear = dict.fromkeys(_LINEAR, 0.0)
+    linear.update(
+        (name, float(value))
+        for name, value in zip(np.array(_LINEAR)[free], ratio * base_linear[free], strict=True)
+    )
+    c_lin, c_head = np.exp(log_crossovers)
+    return attrs.evolve(
+        base,
+        **linear,
+        matmul_s_per_token=linear["weight_read_s"] / float(c_lin),
+        head_s_per_row=linear["head_read_s"] / float(c_head),
+    )

@@ -298,7 +298,9 @@ def _mean_rate(where: str, text: str) -> float:
         except ValueError:
             rate = math.nan
         if not math.isfinite(rate) or rate < 0:
-            raise TraceFormatError(where, line, f"rate must be a finite number >= 0, got {row[1]!r}")
+            raise TraceFormatError(
+                where, line, f"rate must be a finite number >= 0, got {row[1]!r}"
+            )
         rates.append(rate)
     if not rates:
         raise TraceFormatError(where, 1, "no rows")
@@ -316,8 +318,10 @@ def assign_servegen_tenants(trace: Trace, *, num_tenants: int = 7, seed: int = 0
     depends only on the trace, ``num_tenants`` and ``seed``.
     """
     rates = list(servegen_client_rates().values())
-    if isinstance(num_tenants, bool) or not isinstance(num_tenants, int) or not (
-        1 <= num_tenants <= len(rates)
+    if (
+        isinstance(num_tenants, bool)
+        or not isinstance(num_tenants, int)
+        or not (1 <= num_tenants <= len(rates))
     ):
         raise ValueError(f"num_tenants must be between 1 and {len(rates)}, got {num_tenants!r}")
     names = [f"t{i}" for i in range(num_tenants)]

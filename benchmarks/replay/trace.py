@@ -116,7 +116,9 @@ def _check_optional_name(instance: object, attribute: attrs.Attribute, value: ob
         _check_name(instance, attribute, value)
 
 
-def _check_optional_positive_int(instance: object, attribute: attrs.Attribute, value: object) -> None:
+def _check_optional_positive_int(
+    instance: object, attribute: attrs.Attribute, value: object
+) -> None:
     if value is not None:
         _check_positive_int(instance, attribute, value)
 

@@ -1,1 +1,32 @@
-"""vLLM V1 integration: adapters that run `policies` inside a real vLLM engine."""
+"""Run `policies` inside a real, unmodified vLLM V1 engine.
+
+``Pipeline(...)`` composes policies; ``pipeline.llm(...)`` returns a
+``vllm.LLM`` whose scheduler runs them, ``pipeline.serve(...)`` starts vLLM's
+OpenAI server with them. Importing this package imports vLLM lazily: only the
+names that need it load it.
+"""
+
+from importlib import import_module
+from typing import Any
+
+from integrations.vllm_v1.pipeline import Pipeline
+
+_LAZY = {
+    "PolicyScheduler": "integrations.vllm_v1.scheduler",
+    "AsyncPolicyScheduler": "integrations.vllm_v1.scheduler",
+    "PolicyRequestQueue": "integrations.vllm_v1.queue",
+    "SchedulerHarness": "integrations.vllm_v1.harness",
+    "EngineShape": "integrations.vllm_v1.harness",
+    "tiny_model_dir": "integrations.vllm_v1.tiny_model",
+    "LocalServer": "integrations.vllm_v1.server",
+    "resolve_pipeline": "integrations.vllm_v1.presets",
+    "PRESETS": "integrations.vllm_v1.presets",
+}
+
+__all__ = ["Pipeline", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -179,6 +179,7 @@ def tiny_model_dir(
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is readable like any model dir
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         if weights == "random":
