@@ -244,8 +244,8 @@ _LINEAR = (
     "prefill_attn_s_per_token",
 )
 _SEARCH_SPAN = math.log(10.0)  # crossovers are searched within 10x of base's, then refined
-_SEARCH_POINTS = 21
-_SEARCH_TOLERANCE = 1e-7  # in log(crossover)
+_SEARCH_POINTS = 13
+_SEARCH_TOLERANCE = 1e-6  # in log(crossover)
 
 
 def _features(batches: Sequence[StepBatch], num_layers: int) -> np.ndarray:
@@ -280,24 +280,29 @@ def _design(features: np.ndarray, log_crossovers: np.ndarray) -> np.ndarray:
     )
 
 
-def _nonnegative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """argmin |a·x - b| subject to x >= 0 (Lawson and Hanson's active-set method)."""
-    x = np.zeros(a.shape[1])
-    passive = np.zeros(a.shape[1], dtype=bool)
-    for _ in range(3 * a.shape[1]):
-        gain = a.T @ (b - a @ x)
-        if not np.any(~passive & (gain > 1e-12)):
+def _nonnegative_least_squares(gram: np.ndarray, moment: np.ndarray) -> np.ndarray:
+    """argmin ``x·gram·x/2 - moment·x`` subject to x >= 0 (Lawson-Hanson active set).
+
+    With ``gram = AᵀA`` and ``moment = Aᵀb`` this is non-negative least squares.
+    """
+    x = np.zeros(len(moment))
+    passive = np.zeros(len(moment), dtype=bool)
+    tolerance = 1e-12 * max(1.0, float(np.abs(moment).max()))
+    for _ in range(3 * len(moment)):
+        gain = moment - gram @ x
+        if not np.any(~passive & (gain > tolerance)):
             break
         passive[np.argmax(np.where(passive, -np.inf, gain))] = True
         while True:
             z = np.zeros_like(x)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            block = np.ix_(passive, passive)
+            z[passive] = np.linalg.lstsq(gram[block], moment[passive], rcond=None)[0]
             if np.all(z[passive] > 0):
                 x = z
                 break
             blocking = passive & (z <= 0)
             x = x + np.min(x[blocking] / (x[blocking] - z[blocking])) * (z - x)
-            passive &= x > 1e-15
+            passive &= x > 0
             x[~passive] = 0.0
     return x
 
@@ -366,23 +371,24 @@ def fit_cost_model(
     features = _features([batch for batch, _ in samples], base.num_layers)
     base_linear = np.array([getattr(base, name) for name in _LINEAR])
     free = base_linear > 0
-    prior = math.sqrt(prior_weight)
+    gram_eye = np.eye(int(free.sum()))
     base_crossovers = np.log(
         [base.weight_read_s / base.matmul_s_per_token, base.head_read_s / base.head_s_per_row]
     )
 
     def solve(log_crossovers: np.ndarray) -> tuple[np.ndarray, float]:
         """Best coefficients, as multiples of base's, for these crossovers; and the cost."""
+        # Rows: relative errors; columns: multiples of base's coefficients.
         design = _design(features, log_crossovers)[:, free] * base_linear[free] / measured[:, None]
-        lhs = np.vstack([design, prior * np.eye(int(free.sum()))])
-        rhs = np.concatenate([np.ones(len(measured)), np.full(int(free.sum()), prior)])
-        # Solve for the change from base, so directions no sample sees keep base's value.
-        ratio = 1 + np.linalg.lstsq(lhs, rhs - lhs.sum(axis=1), rcond=None)[0]
+        gram = design.T @ design + prior_weight * gram_eye
+        # Solve for the change from base, so what no sample sees keeps base's value.
+        change = np.linalg.lstsq(gram, design.T @ (1 - design.sum(axis=1)), rcond=None)[0]
+        ratio = 1 + change
         if np.any(ratio < 0):
-            ratio = _nonnegative_least_squares(lhs, rhs)
-        crossover_prior = prior * (log_crossovers - base_crossovers)
-        residual = lhs @ ratio - rhs
-        return ratio, float(residual @ residual + crossover_prior @ crossover_prior)
+            ratio = _nonnegative_least_squares(gram, design.sum(axis=0) + prior_weight)
+        residual = design @ ratio - 1
+        drift = np.concatenate([ratio - 1, log_crossovers - base_crossovers])
+        return ratio, float(residual @ residual + prior_weight * (drift @ drift))
 
     def best_for_head(log_head: float) -> float:
         return _minimise_1d(lambda log_lin: solve(np.array([log_lin, log_head]))[1], c_lin0)[1]

@@ -1,0 +1,99 @@
+"""vLLM's OpenAI server with a `Pipeline`: argv builder and a child-process handle."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import attrs
+
+from integrations.vllm_v1.pipeline import Pipeline
+
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+MIDDLEWARE = "integrations.vllm_v1.http.SchedulingMetadataValidator"
+
+
+def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
+                vllm_args: tuple[str, ...] = ()) -> list[str]:
+    """Arguments for ``python -m vllm.entrypoints.openai.api_server`` running ``pipeline``."""
+    async_flag = "--async-scheduling" in vllm_args or None
+    if "--no-async-scheduling" in vllm_args:
+        async_flag = False
+    kwargs = pipeline.engine_kwargs(async_scheduling=async_flag)
+    return [
+        "--model", model, "--host", host, "--port", str(port),
+        "--scheduler-cls", kwargs["scheduler_cls"],
+        "--additional-config", json.dumps(kwargs["additional_config"]),
+        "--middleware", MIDDLEWARE,
+        *vllm_args,
+    ]
+
+
+def offline_env() -> dict[str, str]:
+    """This process's environment with hub access switched off."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@attrs.define(eq=False)
+class LocalServer:
+    """A vLLM OpenAI server in a child process; a context manager that stops it on exit."""
+
+    process: subprocess.Popen
+    url: str
+    log_path: Path
+
+    @classmethod
+    def start(cls, pipeline: Pipeline, model: str, *, host: str = "127.0.0.1", port: int = 8000,
+              vllm_args: tuple[str, ...] = (), log_path: str | None = None) -> LocalServer:
+        """Spawn the server; call `wait_until_healthy` before sending requests."""
+        log = Path(log_path) if log_path else Path(tempfile.mkstemp(suffix=".log")[1])
+        argv = [sys.executable, "-m", API_SERVER_MODULE,
+                *server_args(pipeline, model, host=host, port=port, vllm_args=vllm_args)]
+        with open(log, "wb") as sink:
+            process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
+                                       env=offline_env(), start_new_session=True)
+        return cls(process, f"http://{host}:{port}", log)
+
+    def wait_until_healthy(self, timeout_s: float = 300.0) -> None:
+        """Block until ``/health`` answers 200; raise with the log's tail if the server dies."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n"
+                                   f"{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"server not healthy after {timeout_s} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines the server printed."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Terminate the server (and its engine process), killing it if it lingers."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, 15)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, 9)
+                self.process.wait()
+
+    def __enter__(self) -> LocalServer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,82 @@
+"""The pipeline inside a real vLLM engine (tiny random-weight model, CPU)."""
+
+import gc
+
+import pytest
+
+from integrations.vllm_v1 import Pipeline
+from policies import QoSRanker
+from tests.conftest import ENGINE_KWARGS
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time",
+           "1, 2, 3, 4,", "My favourite colour is"]
+
+
+def greedy(llm, max_tokens=12):
+    from vllm import SamplingParams
+
+    outputs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=max_tokens),
+                           use_tqdm=False)
+    return [list(out.outputs[0].token_ids) for out in outputs]
+
+
+def finish_order(llm, requests):
+    """Submit (id, prompt, max_tokens, priority) in order; return ids in finishing order."""
+    from vllm import SamplingParams
+
+    engine = llm.llm_engine
+    for request_id, prompt, max_tokens, priority in requests:
+        engine.add_request(request_id, prompt,
+                           SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True),
+                           priority=priority)
+    order = []
+    while engine.has_unfinished_requests():
+        order += [out.request_id for out in engine.step() if out.finished]
+    return order
+
+
+CONTENTION = [
+    ("blocker", "Tell me a long story about " * 4, 48, 0),
+    ("relaxed-long", "Summarise this document: " + "lorem ipsum dolor " * 40, 8, 5),
+    ("urgent-short", "Hi", 8, -5),
+]
+
+
+@pytest.fixture(scope="module")
+def engines(random_model_dir):
+    """Stock vLLM, the identity pipeline and the QoS pipeline, one engine at a time."""
+    from vllm import LLM
+
+    results = {}
+    kwargs = {**ENGINE_KWARGS, "model": random_model_dir, "max_num_seqs": 1}
+    for name, make in [("stock", lambda: LLM(**kwargs)),
+                       ("identity", lambda: Pipeline().llm(**kwargs)),
+                       ("qos", lambda: Pipeline(ranking=QoSRanker()).llm(**kwargs))]:
+        llm = make()
+        results[name] = {"greedy": greedy(llm), "order": finish_order(llm, CONTENTION),
+                         "scheduler": llm.llm_engine.vllm_config.scheduler_config.scheduler_cls}
+        del llm
+        gc.collect()
+    return results
+
+
+def test_engines_run_the_scheduler_they_were_given(engines):
+    assert engines["stock"]["scheduler"] is None
+    assert engines["identity"]["scheduler"].endswith("PolicyScheduler")
+    assert engines["qos"]["scheduler"].endswith("PolicyScheduler")
+
+
+def test_identity_pipeline_gives_token_identical_greedy_outputs(engines):
+    stock = engines["stock"]["greedy"]
+    assert len({tuple(tokens) for tokens in stock}) > 1, "outputs must depend on the prompt"
+    assert engines["identity"]["greedy"] == stock
+
+
+def test_qos_serves_the_urgent_short_request_before_the_relaxed_long_one(engines):
+    # One request runs at a time (max_num_seqs=1); the blocker keeps the others queued.
+    stock, qos = engines["stock"]["order"], engines["qos"]["order"]
+    assert sorted(stock) == sorted(qos) == sorted(name for name, *_ in CONTENTION)
+    assert stock.index("relaxed-long") < stock.index("urgent-short")
+    assert qos.index("urgent-short") < qos.index("relaxed-long")
