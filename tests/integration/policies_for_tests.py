@@ -6,10 +6,11 @@ from policies import AdmissionDecision
 
 
 @attrs.frozen
-class EchoMetadataAdmission:
-    """Rejects every request, echoing the tenant and priority the scheduler saw."""
+class EchoProbeAdmission:
+    """Rejects requests of class ``echo``, echoing the metadata the scheduler saw."""
 
     def admit(self, request, load):
+        if request.slo_class != "echo":
+            return AdmissionDecision.accept()
         return AdmissionDecision.reject(
-            f"echo tenant={request.tenant} priority={request.priority} "
-            f"class={request.slo_class}", 0.0)
+            f"echo tenant={request.tenant} priority={request.priority}", 0.0)
