@@ -179,7 +179,10 @@ class SchedulerHarness:
 
     def step(self) -> StepResult:
         """One ``schedule()`` → fake model output → ``update_from_output()`` round."""
-        scheduler_output = self.scheduler.schedule()
+        return self.complete(self.scheduler.schedule())
+
+    def complete(self, scheduler_output: SchedulerOutput) -> StepResult:
+        """Feed the fake model's output for ``scheduler_output`` back to the scheduler."""
         req_ids = list(scheduler_output.num_scheduled_tokens)
         sampled = []
         for req_id in req_ids:

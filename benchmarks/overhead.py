@@ -1,0 +1,101 @@
+"""Scheduler overhead: ``PolicyScheduler.schedule()`` vs stock ``Scheduler.schedule()``.
+
+Both schedulers hold the same state (R running requests decoding, W waiting),
+advance in lockstep with the same fake model outputs, and their ``schedule()``
+calls are timed interleaved in one process (alternating which goes first), so
+machine noise hits both alike. Writes ``OUT/summary.json``::
+
+    {"results": [{"pipeline", "running", "waiting", "ratio_median", "ratio_p99",
+                  "stock_median_us", "pipeline_median_us", ...}]}
+
+Usage: ``python -m benchmarks.overhead --out DIR [--iterations N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from integrations.vllm_v1.harness import EngineShape, SchedulerHarness
+from integrations.vllm_v1.presets import PRESETS
+
+PROMPT_TOKENS = 64
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _loaded_harness(pipeline_name: str | None, running: int, waiting: int) -> SchedulerHarness:
+    shape = EngineShape(num_blocks=running * 64 + 64, max_num_seqs=running,
+                        max_num_batched_tokens=8192, max_model_len=32768)
+    harness = SchedulerHarness.build(PRESETS[pipeline_name] if pipeline_name else None,
+                                     shape=shape)
+    for i in range(running):
+        prompt = [i * 7 + j for j in range(PROMPT_TOKENS)]
+        harness.add_request(f"run-{i}", prompt, 30000, priority=i % 3)
+        harness.clock.advance(0.001)
+    while len(harness.scheduler.running) < running or any(
+            r.num_computed_tokens < r.num_prompt_tokens for r in harness.scheduler.running):
+        harness.step()
+    for i in range(waiting):
+        prompt = [100000 + i * 13 + j for j in range(PROMPT_TOKENS * (1 + i % 8))]
+        harness.add_request(f"wait-{i}", prompt, 128, priority=i % 5 - 2)
+        harness.clock.advance(0.0001)
+    return harness
+
+
+def measure(pipeline_name: str, running: int, waiting: int, iterations: int) -> dict:
+    """Timed, interleaved ``schedule()`` calls of stock vLLM and one preset pipeline."""
+    stock = _loaded_harness(None, running, waiting)
+    ours = _loaded_harness(pipeline_name, running, waiting)
+    timings: dict[str, list[float]] = {"stock": [], "pipeline": []}
+    for i in range(iterations):
+        pair = [("stock", stock), ("pipeline", ours)]
+        for name, harness in pair if i % 2 == 0 else reversed(pair):
+            start = time.perf_counter()
+            output = harness.scheduler.schedule()
+            timings[name].append(time.perf_counter() - start)
+            harness.complete(output)
+            harness.clock.advance(0.01)
+    stock_median = statistics.median(timings["stock"])
+    ours_median = statistics.median(timings["pipeline"])
+    return {
+        "pipeline": pipeline_name,
+        "running": running,
+        "waiting": waiting,
+        "iterations": iterations,
+        "ratio_median": ours_median / stock_median,
+        "ratio_p99": _percentile(timings["pipeline"], 0.99) / _percentile(timings["stock"], 0.99),
+        "stock_median_us": stock_median * 1e6,
+        "pipeline_median_us": ours_median * 1e6,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="PolicyScheduler vs stock schedule() overhead")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--pipelines", default="identity,qos")
+    parser.add_argument("--running", type=int, default=256)
+    parser.add_argument("--waiting", default="1000,10000")
+    args = parser.parse_args(argv)
+    configs = [(p, args.running, int(w)) for p in args.pipelines.split(",")
+               for w in args.waiting.split(",")]
+    results = [measure(*config, args.iterations) for config in tqdm(configs, desc="overhead")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps({"results": results}, indent=2))
+    for r in results:
+        print(f"{r['pipeline']:>10} running={r['running']} waiting={r['waiting']:>6}: "
+              f"median {r['pipeline_median_us']:.0f} vs {r['stock_median_us']:.0f} us "
+              f"(x{r['ratio_median']:.3f}), p99 x{r['ratio_p99']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
