@@ -1,0 +1,124 @@
+"""``python -m benchmarks.replay``: compare stock vLLM and pipelines on a real trace.
+
+Example::
+
+    python -m benchmarks.replay --trace azure-conv --tenants servegen --rate-scale 4 \\
+        --max-requests 2000 --systems fcfs,priority,pipeline:qos --out out/replay
+
+Writes ``OUT/summary.json`` (config + one summary per system), ``OUT/ttft.png``
+and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import attrs
+from tqdm import tqdm
+
+from benchmarks.replay.cost_model import StepCostModel
+from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
+from benchmarks.replay.driver import replay
+from benchmarks.replay.metrics import summarize
+from benchmarks.replay.plots import plot_ttft
+from benchmarks.replay.trace import Trace
+from integrations.vllm_v1.harness import EngineShape
+
+TENANT_PRIORITIES = {"t0": -1, "t1": -1, "t2": 0, "t3": 0, "t4": 0, "t5": 1, "t6": 1}
+"""``--tenants servegen``: the two busiest tenants are Gold (-1), three Silver (0), two Bronze (1)."""
+
+
+def with_tenant_priorities(trace: Trace) -> Trace:
+    """Give each request its tenant's priority tier."""
+    return attrs.evolve(trace, requests=tuple(
+        attrs.evolve(r, priority=TENANT_PRIORITIES.get(r.tenant or "", 0))
+        for r in trace.requests))
+
+
+def parse_overrides(items: list[str]) -> dict[str, float]:
+    """``KEY=VALUE`` pairs for cost-model coefficients."""
+    overrides = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--cost expects KEY=VALUE, got {item!r}")
+        overrides[key] = float(value)
+    return overrides
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="azure-conv", help="built-in name or file path")
+    parser.add_argument("--format", default="auto", help="auto, jsonl, azure or mooncake")
+    parser.add_argument("--tenants", choices=["none", "servegen"], default="none")
+    parser.add_argument("--rate-scale", type=float, default=1.0)
+    parser.add_argument("--max-requests", type=int, default=None)
+    parser.add_argument("--systems", default="fcfs,priority,pipeline:qos",
+                        help="comma-separated: fcfs, priority, pipeline:NAME|module:attr|file.py:attr")
+    parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
+    parser.add_argument("--cost", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a StepCostModel coefficient (seconds)")
+    parser.add_argument("--kv-blocks", type=int, default=24800)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    parser.add_argument("--max-model-len", type=int, default=32768)
+    parser.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = build_parser().parse_args(argv)
+    trace = load_trace(args.trace, format=args.format, max_requests=args.max_requests)
+    if args.tenants == "servegen":
+        trace = with_tenant_priorities(assign_servegen_tenants(trace))
+    trace = trace.scaled(args.rate_scale)
+    cost_model = attrs.evolve(StepCostModel.preset(args.gpu), **parse_overrides(args.cost))
+    shape = EngineShape(num_blocks=args.kv_blocks, block_size=args.block_size,
+                        max_num_seqs=args.max_num_seqs,
+                        max_num_batched_tokens=args.max_num_batched_tokens,
+                        max_model_len=args.max_model_len)
+    summaries, runs = [], []
+    for system in args.systems.split(","):
+        with tqdm(total=len(trace.requests), desc=system, unit="req") as bar:
+            run = replay(trace, system, shape=shape, cost_model=cost_model, progress=bar.update)
+        runs.append(run)
+        summaries.append(summarize(run))
+    args.out.mkdir(parents=True, exist_ok=True)
+    config = {"trace": trace.name, "requests": len(trace.requests), "rate_scale": args.rate_scale,
+              "tenants": args.tenants, "gpu": args.gpu, "cost_model": attrs.asdict(cost_model),
+              "engine": attrs.asdict(shape)}
+    (args.out / "summary.json").write_text(json.dumps({"config": config, "results": summaries},
+                                                      indent=2))
+    plot_ttft(runs, args.out / "ttft.png")
+    print(format_table(summaries))
+    print(f"\nwrote {args.out / 'summary.json'} and {args.out / 'ttft.png'}")
+    return summaries
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:,.0f}"
+
+
+def format_table(summaries: list[dict]) -> str:
+    """A fixed-width table of the headline numbers, one row per system."""
+    header = (f"{'system':<22}{'done':>6}{'rej':>5}{'TTFT p50':>10}{'TTFT p99':>10}"
+              f"{'short p99':>11}{'long p99':>10}{'TPOT p99':>10}{'SLO %':>7}{'goodput':>9}"
+              f"{'Jain':>6}{'preempt':>8}")
+    lines = [header + "   (times in ms)", "-" * len(header)]
+    for s in summaries:
+        o, c = s["overall"], s["by_class"]
+        jain = s["fairness"]["jain_mean"]
+        lines.append(
+            f"{s['system']:<22}{o['completed']:>6}{o['rejected']:>5}{_ms(o['ttft_p50_s']):>10}"
+            f"{_ms(o['ttft_p99_s']):>10}{_ms(c.get('short', {}).get('ttft_p99_s')):>11}"
+            f"{_ms(c.get('long', {}).get('ttft_p99_s')):>10}{_ms(o['tpot_p99_s']):>10}"
+            f"{100 * (o['slo_attainment'] or 0):>7.1f}{o['goodput_rps'] or 0:>9.2f}"
+            f"{'-' if jain is None else f'{jain:.3f}':>6}{s['preemptions']:>8}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Replay a trace through the real vLLM scheduler in virtual time.
+
+Each system (stock ``fcfs`` / ``priority``, or ``pipeline:NAME``) gets its own
+`SchedulerHarness` over the same engine shape. The loop admits arrivals whose
+time has come, calls vLLM's ``schedule()``, prices the scheduled batch with the
+step-cost model, advances the virtual clock by that much, and feeds back one
+sampled token per finished prefill or decode. Cancellations abort requests at
+their time. Every offered request ends completed, rejected or cancelled; one
+that does none of these fails the run.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import attrs
+from vllm.v1.request import RequestStatus
+
+from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
+from benchmarks.replay.records import RequestRecord, SystemRun
+from benchmarks.replay.trace import Trace, TraceRequest
+from integrations.vllm_v1.harness import EngineShape, SchedulerHarness
+from integrations.vllm_v1.presets import resolve_pipeline
+
+STOCK_SYSTEMS = ("fcfs", "priority")
+_TOKEN_SPACE = 1 << 30
+
+
+def build_harness(system: str, shape: EngineShape) -> SchedulerHarness:
+    """A harness for ``fcfs``, ``priority`` or ``pipeline:SPEC`` (see `resolve_pipeline`)."""
+    if system in STOCK_SYSTEMS:
+        return SchedulerHarness.build(None, shape=shape, stock_policy=system)
+    if system.startswith("pipeline:"):
+        return SchedulerHarness.build(resolve_pipeline(system.removeprefix("pipeline:")),
+                                      shape=shape)
+    raise ValueError(f"unknown system {system!r}: use fcfs, priority or pipeline:NAME")
+
+
+def prompt_token_ids(request: TraceRequest, index: int, block_size: int | None) -> list[int]:
+    """Token ids whose vLLM block hashes share exactly where the trace's hashes do.
+
+    Block ``j`` with trace hash ``h`` becomes ``block_size`` tokens derived from
+    ``h`` alone; the rest of the prompt is unique to the request.
+    """
+    tokens: list[int] = []
+    for block_hash in request.block_hashes:
+        base = (block_hash * 2654435761) % _TOKEN_SPACE
+        tokens.extend((base + t) % _TOKEN_SPACE for t in range(block_size or 0))
+    tokens = tokens[: request.prompt_tokens]
+    unique = _TOKEN_SPACE + index * 1_000_003
+    tokens.extend(range(unique, unique + request.prompt_tokens - len(tokens)))
+    return tokens
+
+
+def step_batch(harness: SchedulerHarness, num_scheduled_tokens: dict[str, int]) -> StepBatch:
+    """The cost-model view of a scheduled step (call after ``schedule()``)."""
+    prefills, decodes = [], []
+    for req_id, tokens in num_scheduled_tokens.items():
+        request = harness.scheduler.requests[req_id]
+        before = request.num_computed_tokens - tokens
+        if tokens == 1 and before + 1 == request.num_tokens:
+            decodes.append(before)
+        else:
+            prefills.append(PrefillChunk(tokens=tokens, cached_tokens=before))
+    return StepBatch(prefills=tuple(prefills), decode_context_tokens=tuple(decodes))
+
+
+@attrs.define(eq=False)
+class _Replay:
+    harness: SchedulerHarness
+    trace: Trace
+    cost_model: StepCostModel
+    records: dict[str, RequestRecord] = attrs.field(factory=dict)
+    _cancels: list[tuple[float, str]] = attrs.field(factory=list)
+    _high_water: dict[str, int] = attrs.field(factory=dict)
+    steps: int = 0
+    busy_s: float = 0.0
+    preemptions: int = 0
+
+    def admit(self, index: int, request: TraceRequest) -> None:
+        extra = {"tenant": request.tenant} if request.tenant else {}
+        if request.slo_class:
+            extra["slo_class"] = request.slo_class
+        if request.deadline_s is not None:
+            extra["deadline_ms"] = request.deadline_s * 1000.0
+        self.records[request.request_id] = RequestRecord.offered(request)
+        self.harness.add_request(
+            request.request_id, prompt_token_ids(request, index, self.trace.block_size),
+            request.output_tokens, priority=request.priority, extra_args=extra or None,
+            arrival_s=request.arrival_s)
+        if request.cancel_after_s is not None:
+            heapq.heappush(self._cancels, (request.arrival_s + request.cancel_after_s,
+                                           request.request_id))
+
+    def cancel_due(self, now: float) -> None:
+        while self._cancels and self._cancels[0][0] <= now:
+            _, req_id = heapq.heappop(self._cancels)
+            record = self.records[req_id]
+            if record.outcome is None:
+                self.harness.scheduler.finish_requests(req_id, RequestStatus.FINISHED_ABORTED)
+                record.finish("cancelled", now)
+
+    def step(self) -> None:
+        scheduler = self.harness.scheduler
+        output = scheduler.schedule()
+        self.preemptions += len(output.preempted_req_ids or ())
+        scheduled = output.num_scheduled_tokens
+        for req_id, tokens in scheduled.items():
+            request = scheduler.requests[req_id]
+            before = request.num_computed_tokens - tokens
+            record = self.records[req_id]
+            if record.first_scheduled_s is None:
+                record.first_scheduled_s = self.harness.clock.now()
+                record.cached_tokens = before
+            high = self._high_water.get(req_id, 0)
+            record.recomputed_tokens += max(0, min(high, before + tokens) - before)
+            self._high_water[req_id] = max(high, before + tokens)
+        duration = (self.cost_model.step_time_s(step_batch(self.harness, scheduled))
+                    if scheduled else 0.0)
+        now = self.harness.clock.advance(duration)
+        self.busy_s += duration
+        self.steps += 1
+        result = self.harness.complete(output)
+        for out in result.outputs:
+            record = self.records[out.request_id]
+            if out.new_token_ids:
+                record.token_times_s.append(now)
+            if out.finish_reason is not None and record.outcome is None:
+                if out.stop_reason and str(out.stop_reason).startswith("rejected:"):
+                    record.finish("rejected", now, reason=str(out.stop_reason))
+                else:
+                    record.finish("completed", now)
+
+
+def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCostModel,
+           progress: Callable[[int], None] | None = None) -> SystemRun:
+    """Run ``trace`` through ``system``; every request ends completed, rejected or cancelled."""
+    harness = build_harness(system, shape)
+    run = _Replay(harness, trace, cost_model)
+    requests = trace.requests
+    next_index = 0
+    clock = harness.clock
+    while next_index < len(requests) or harness.has_requests():
+        while next_index < len(requests) and requests[next_index].arrival_s <= clock.now():
+            run.admit(next_index, requests[next_index])
+            next_index += 1
+            if progress:
+                progress(1)
+        run.cancel_due(clock.now())
+        if harness.has_requests():
+            run.step()
+        else:
+            upcoming = [requests[next_index].arrival_s] if next_index < len(requests) else []
+            if run._cancels:
+                upcoming.append(run._cancels[0][0])
+            if not upcoming:
+                break
+            clock.set(max(clock.now(), min(upcoming)))
+    lost = [r.request_id for r in run.records.values() if r.outcome is None]
+    if lost or len(run.records) != len(requests):
+        raise RuntimeError(f"{system}: {len(lost)} requests neither completed nor rejected "
+                           f"(e.g. {lost[:5]}); offered {len(requests)}, seen {len(run.records)}")
+    return SystemRun(system=system, records=tuple(run.records.values()), steps=run.steps,
+                     busy_s=run.busy_s, makespan_s=clock.now(), preemptions=run.preemptions)

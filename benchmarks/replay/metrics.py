@@ -1,0 +1,158 @@
+"""Summaries of a replay: latency percentiles, SLOs, goodput, fairness, cache and preemption.
+
+Everything is computed from `RequestRecord`s; definitions follow BENCHMARKS.md §1.
+Requests are grouped by ``slo_class`` when the trace has one, else by prompt
+length (``short`` below `SHORT_PROMPT_TOKENS`, ``long`` otherwise).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+
+import attrs
+import numpy as np
+
+from benchmarks.replay.records import RequestRecord, SystemRun
+
+SHORT_PROMPT_TOKENS = 512
+
+
+@attrs.frozen
+class SLO:
+    """Latency targets one request must meet: first token within ``ttft_s``, then ``tpot_s``."""
+
+    ttft_s: float
+    tpot_s: float
+
+
+DEFAULT_SLOS: Mapping[str, SLO] = {
+    "short": SLO(ttft_s=0.5, tpot_s=0.1),
+    "long": SLO(ttft_s=5.0, tpot_s=0.1),
+    "gold": SLO(ttft_s=0.5, tpot_s=0.05),
+    "silver": SLO(ttft_s=2.0, tpot_s=0.1),
+    "bronze": SLO(ttft_s=10.0, tpot_s=0.2),
+}
+"""Default per-class targets (Llama-3-8B-class serving); override per run."""
+
+
+def request_class(record: RequestRecord) -> str:
+    """The record's SLO class, or its prompt-length class when it has none."""
+    if record.slo_class:
+        return record.slo_class
+    return "short" if record.prompt_tokens < SHORT_PROMPT_TOKENS else "long"
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def meets_slo(record: RequestRecord, slos: Mapping[str, SLO]) -> bool:
+    """Completed, first token within the class TTFT and mean TPOT within the class TPOT."""
+    slo = slos.get(request_class(record))
+    if record.outcome != "completed" or slo is None or record.ttft_s is None:
+        return False
+    return record.ttft_s <= slo.ttft_s and (record.tpot_s or 0.0) <= slo.tpot_s
+
+
+def latency_summary(records: Iterable[RequestRecord], slos: Mapping[str, SLO],
+                    duration_s: float) -> dict:
+    """Counts, TTFT/TPOT/ITL/E2E percentiles, SLO attainment and goodput of ``records``."""
+    records = list(records)
+    done = [r for r in records if r.outcome == "completed"]
+    ttft = [r.ttft_s for r in done if r.ttft_s is not None]
+    tpot = [r.tpot_s for r in done if r.tpot_s is not None]
+    gaps = [b - a for r in done for a, b in zip(r.token_times_s, r.token_times_s[1:],
+                                                  strict=False)]
+    itl_p50, itl_p99 = _pct(gaps, 50), _pct(gaps, 99)
+    meeting = sum(meets_slo(r, slos) for r in records)
+    served = [r for r in records if r.outcome != "rejected"]
+    return {
+        "offered": len(records),
+        "completed": len(done),
+        "rejected": sum(r.outcome == "rejected" for r in records),
+        "cancelled": sum(r.outcome == "cancelled" for r in records),
+        "ttft_p50_s": _pct(ttft, 50),
+        "ttft_p90_s": _pct(ttft, 90),
+        "ttft_p99_s": _pct(ttft, 99),
+        "tpot_p50_s": _pct(tpot, 50),
+        "tpot_p99_s": _pct(tpot, 99),
+        "itl_p50_s": itl_p50,
+        "itl_p99_s": itl_p99,
+        "itl_jitter": itl_p99 / itl_p50 if itl_p50 else None,
+        "e2e_p99_s": _pct([r.e2e_s for r in done], 99),
+        "slo_attainment": meeting / len(records) if records else None,
+        "goodput_rps": meeting / duration_s if duration_s > 0 else None,
+        "prefix_hit_rate": (sum(r.cached_tokens for r in served)
+                            / max(1, sum(r.prompt_tokens for r in served))),
+        "recomputed_tokens": sum(r.recomputed_tokens for r in records),
+    }
+
+
+def jain_index(values: Iterable[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one value takes everything."""
+    xs = np.asarray(list(values), dtype=float)
+    total = float((xs**2).sum())
+    return float(xs.sum() ** 2 / (len(xs) * total)) if total > 0 else 1.0
+
+
+def fairness(records: Iterable[RequestRecord], *, weights: Mapping[str, float] | None = None,
+             window_s: float = 10.0) -> dict:
+    """Jain's index over per-tenant weighted service, in windows where ≥ 2 tenants are backlogged.
+
+    A tenant is backlogged in a window if one of its requests has arrived and not
+    finished at the window's midpoint; its service is the prompt tokens of its
+    requests whose first token falls in the window plus the output tokens emitted
+    in it, divided by its weight (default 1).
+    """
+    records = [r for r in records if r.outcome == "completed" and r.token_times_s]
+    if not records:
+        return {"jain_mean": None, "jain_min": None, "max_min_share_ratio": None, "windows": 0}
+    end = max(r.finish_s for r in records)
+    count = int(end // window_s) + 1
+    service = defaultdict(lambda: np.zeros(count))
+    for r in records:
+        service[r.tenant][int(r.token_times_s[0] // window_s)] += r.prompt_tokens
+        for t in r.token_times_s:
+            service[r.tenant][int(t // window_s)] += 1
+    jains, ratios = [], []
+    for w in range(count):
+        mid = (w + 0.5) * window_s
+        backlogged = {r.tenant for r in records if r.arrival_s <= mid < r.finish_s}
+        if len(backlogged) < 2:
+            continue
+        shares = [service[t][w] / (weights or {}).get(t, 1.0) for t in sorted(backlogged)]
+        jains.append(jain_index(shares))
+        if min(shares) > 0:
+            ratios.append(max(shares) / min(shares))
+    return {
+        "jain_mean": float(np.mean(jains)) if jains else None,
+        "jain_min": float(np.min(jains)) if jains else None,
+        "max_min_share_ratio": float(np.mean(ratios)) if ratios else None,
+        "windows": len(jains),
+    }
+
+
+def summarize(run: SystemRun, *, slos: Mapping[str, SLO] = DEFAULT_SLOS,
+              weights: Mapping[str, float] | None = None) -> dict:
+    """Overall, per-class and per-tenant metrics of one system's replay."""
+    duration = run.makespan_s - min((r.arrival_s for r in run.records), default=0.0)
+    by_class: dict[str, list[RequestRecord]] = defaultdict(list)
+    by_tenant: dict[str, list[RequestRecord]] = defaultdict(list)
+    for record in run.records:
+        by_class[request_class(record)].append(record)
+        by_tenant[record.tenant].append(record)
+    reasons = Counter(r.reason.split(";")[0] for r in run.records if r.outcome == "rejected")
+    return {
+        "system": run.system,
+        "overall": latency_summary(run.records, slos, duration),
+        "by_class": {k: latency_summary(v, slos, duration) for k, v in sorted(by_class.items())},
+        "by_tenant": {k: latency_summary(v, slos, duration)
+                      for k, v in sorted(by_tenant.items())},
+        "fairness": fairness(run.records, weights=weights),
+        "rejections_by_reason": dict(reasons),
+        "preemptions": run.preemptions,
+        "steps": run.steps,
+        "makespan_s": run.makespan_s,
+        "utilisation": run.busy_s / duration if duration > 0 else None,
+    }

@@ -1,0 +1,75 @@
+"""What a replay records per request and per system run."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from benchmarks.replay.trace import TraceRequest
+
+Outcome = Literal["completed", "rejected", "cancelled"]
+
+
+@attrs.define(eq=False, kw_only=True)
+class RequestRecord:
+    """One request's life in a replay, in virtual seconds."""
+
+    request_id: str
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    tenant: str
+    priority: int
+    slo_class: str | None
+    first_scheduled_s: float | None = None
+    cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache when first scheduled."""
+    recomputed_tokens: int = 0
+    """Tokens computed again after a preemption threw their KV away."""
+    token_times_s: list[float] = attrs.field(factory=list)
+    outcome: Outcome | None = None
+    finish_s: float | None = None
+    reason: str = ""
+
+    @classmethod
+    def offered(cls, request: TraceRequest) -> RequestRecord:
+        """A fresh record for a request as the trace offers it."""
+        return cls(request_id=request.request_id, arrival_s=request.arrival_s,
+                   prompt_tokens=request.prompt_tokens, output_tokens=request.output_tokens,
+                   tenant=request.tenant or "default", priority=request.priority,
+                   slo_class=request.slo_class)
+
+    def finish(self, outcome: Outcome, now: float, reason: str = "") -> None:
+        """Close the record once; a second outcome is a bug."""
+        if self.outcome is not None:
+            raise RuntimeError(f"{self.request_id} already {self.outcome}, now {outcome}")
+        self.outcome, self.finish_s, self.reason = outcome, now, reason
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Arrival to first output token."""
+        return self.token_times_s[0] - self.arrival_s if self.token_times_s else None
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time between output tokens after the first."""
+        times = self.token_times_s
+        return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None
+
+    @property
+    def e2e_s(self) -> float | None:
+        """Arrival to last token of a completed request."""
+        return self.finish_s - self.arrival_s if self.outcome == "completed" else None
+
+
+@attrs.frozen(kw_only=True)
+class SystemRun:
+    """Every request record of one system's replay, plus engine-level counters."""
+
+    system: str
+    records: tuple[RequestRecord, ...]
+    steps: int
+    busy_s: float
+    makespan_s: float
+    preemptions: int
