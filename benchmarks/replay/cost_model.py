@@ -244,8 +244,8 @@ _LINEAR = (
     "prefill_attn_s_per_token",
 )
 _SEARCH_SPAN = math.log(10.0)  # crossovers are searched within 10x of base's, then refined
-_SEARCH_POINTS = 13
-_SEARCH_TOLERANCE = 1e-6  # in log(crossover)
+_SEARCH_POINTS = 11
+_SEARCH_TOLERANCE = 1e-5  # in log(crossover)
 
 
 def _features(batches: Sequence[StepBatch], num_layers: int) -> np.ndarray:
@@ -280,6 +280,14 @@ def _design(features: np.ndarray, log_crossovers: np.ndarray) -> np.ndarray:
     )
 
 
+def _solve_symmetric(gram: np.ndarray, moment: np.ndarray) -> np.ndarray:
+    """x with ``gram·x = moment``; the minimum-norm least-squares x if gram is singular."""
+    try:
+        return np.linalg.solve(gram, moment)
+    except np.linalg.LinAlgError:
+        return np.linalg.lstsq(gram, moment, rcond=None)[0]
+
+
 def _nonnegative_least_squares(gram: np.ndarray, moment: np.ndarray) -> np.ndarray:
     """argmin ``x·gram·x/2 - moment·x`` subject to x >= 0 (Lawson-Hanson active set).
 
@@ -296,12 +304,14 @@ def _nonnegative_least_squares(gram: np.ndarray, moment: np.ndarray) -> np.ndarr
         while True:
             z = np.zeros_like(x)
             block = np.ix_(passive, passive)
-            z[passive] = np.linalg.lstsq(gram[block], moment[passive], rcond=None)[0]
+            z[passive] = _solve_symmetric(gram[block], moment[passive])
             if np.all(z[passive] > 0):
                 x = z
                 break
-            blocking = passive & (z <= 0)
-            x = x + np.min(x[blocking] / (x[blocking] - z[blocking])) * (z - x)
+            blocking = np.flatnonzero(passive & (z <= 0))
+            steps = x[blocking] / (x[blocking] - z[blocking])
+            x = x + steps.min() * (z - x)
+            passive[blocking[np.argmin(steps)]] = False  # each pass frees at least one
             passive &= x > 0
             x[~passive] = 0.0
     return x
@@ -330,6 +340,48 @@ def _minimise_1d(objective: Callable[[float], float], center: float) -> tuple[fl
     return float(x), float(value)
 
 
+@attrs.define(eq=False, kw_only=True)
+class _Calibration:
+    """The fitting problem: relative step-time errors plus a prior around base's values.
+
+    ``ratio`` vectors are the free `_LINEAR` coefficients as multiples of base's.
+    """
+
+    features: np.ndarray
+    measured_s: np.ndarray
+    base_linear: np.ndarray  # the free `_LINEAR` coefficients of base
+    free: np.ndarray  # which `_LINEAR` coefficients are free (non-zero in base)
+    base_crossovers: np.ndarray  # log(Tw/τ), log(Th/τh) of base
+    prior_weight: float
+
+    def solve(self, log_crossovers: np.ndarray) -> tuple[np.ndarray, float]:
+        """The best ``ratio`` for these crossovers, and its cost."""
+        design = _design(self.features, log_crossovers)[:, self.free]
+        design *= self.base_linear / self.measured_s[:, None]
+        gram = design.T @ design + self.prior_weight * np.eye(len(self.base_linear))
+        # Solve for the change from base, so what no sample sees keeps base's value.
+        ratio = 1 + _solve_symmetric(gram, design.T @ (1 - design.sum(axis=1)))
+        if np.any(ratio < 0):
+            ratio = _nonnegative_least_squares(gram, design.sum(axis=0) + self.prior_weight)
+        residual = design @ ratio - 1
+        drift = np.concatenate([ratio - 1, log_crossovers - self.base_crossovers])
+        return ratio, float(residual @ residual + self.prior_weight * (drift @ drift))
+
+    def best_crossovers(self) -> np.ndarray:
+        """log(Tw/τ), log(Th/τh) of least cost: for each head crossover, the best matmul one."""
+        lin0, head0 = self.base_crossovers
+
+        def cost(log_lin: float, log_head: float) -> float:
+            return self.solve(np.array([log_lin, log_head]))[1]
+
+        def best_cost_for_head(log_head: float) -> float:
+            return _minimise_1d(lambda log_lin: cost(log_lin, log_head), lin0)[1]
+
+        log_head = _minimise_1d(best_cost_for_head, head0)[0]
+        log_lin = _minimise_1d(lambda x: cost(x, log_head), lin0)[0]
+        return np.array([log_lin, log_head])
+
+
 def fit_cost_model(
     samples: Sequence[tuple[StepBatch, float]],
     base: StepCostModel,
@@ -345,13 +397,14 @@ def fit_cost_model(
     trusted to ~±30 %; 0 gives plain least squares). Given the two crossovers
     ``Tw/τ`` (tokens) and ``Th/τh`` (rows) the model is linear in the other
     coefficients, which are solved exactly (non-negative least squares); the
-    crossovers are searched on a grid within 10x of ``base``'s and refined.
+    crossovers are searched on a grid within 10x of ``base``'s, then refined
+    by golden-section search.
 
-    Samples that straddle both crossovers (at least two batch sizes above
-    each), with prefill-only and decode steps and prefix hits, identify every
-    coefficient; what the samples cannot separate stays at ``base`` (e.g. the
-    decode terms when no sample decodes). Coefficients that are 0 in ``base``,
-    and ``num_layers``, are kept as they are.
+    Samples that straddle both crossovers (two or more batch sizes above each),
+    with prefill-only and decode steps and prefix hits, identify every
+    coefficient; what the samples cannot see stays at ``base`` (e.g. the decode
+    terms when no sample decodes). Coefficients that are 0 in ``base``, and
+    ``num_layers``, are kept as they are.
 
     Raises:
         ValueError: for no samples, a measured time that is not a positive
@@ -360,49 +413,30 @@ def fit_cost_model(
     """
     if not samples:
         raise ValueError("fit_cost_model needs at least one sample")
-    measured = np.array([seconds for _, seconds in samples], dtype=float)
-    if not np.all(np.isfinite(measured) & (measured > 0)):
+    measured_s = np.array([seconds for _, seconds in samples], dtype=float)
+    if not np.all(np.isfinite(measured_s) & (measured_s > 0)):
         raise ValueError("measured step times must be positive finite numbers of seconds")
     if not (math.isfinite(prior_weight) and prior_weight >= 0):
         raise ValueError(f"prior_weight must be a finite number >= 0, got {prior_weight!r}")
     for name in ("weight_read_s", "matmul_s_per_token", "head_read_s", "head_s_per_row"):
         if getattr(base, name) == 0:
             raise ValueError(f"fit_cost_model needs a base with {name} > 0")
-    features = _features([batch for batch, _ in samples], base.num_layers)
     base_linear = np.array([getattr(base, name) for name in _LINEAR])
     free = base_linear > 0
-    gram_eye = np.eye(int(free.sum()))
-    base_crossovers = np.log(
-        [base.weight_read_s / base.matmul_s_per_token, base.head_read_s / base.head_s_per_row]
+    calibration = _Calibration(
+        features=_features([batch for batch, _ in samples], base.num_layers),
+        measured_s=measured_s,
+        base_linear=base_linear[free],
+        free=free,
+        base_crossovers=np.log(
+            [base.weight_read_s / base.matmul_s_per_token, base.head_read_s / base.head_s_per_row]
+        ),
+        prior_weight=prior_weight,
     )
-
-    def solve(log_crossovers: np.ndarray) -> tuple[np.ndarray, float]:
-        """Best coefficients, as multiples of base's, for these crossovers; and the cost."""
-        # Rows: relative errors; columns: multiples of base's coefficients.
-        design = _design(features, log_crossovers)[:, free] * base_linear[free] / measured[:, None]
-        gram = design.T @ design + prior_weight * gram_eye
-        # Solve for the change from base, so what no sample sees keeps base's value.
-        change = np.linalg.lstsq(gram, design.T @ (1 - design.sum(axis=1)), rcond=None)[0]
-        ratio = 1 + change
-        if np.any(ratio < 0):
-            ratio = _nonnegative_least_squares(gram, design.sum(axis=0) + prior_weight)
-        residual = design @ ratio - 1
-        drift = np.concatenate([ratio - 1, log_crossovers - base_crossovers])
-        return ratio, float(residual @ residual + prior_weight * (drift @ drift))
-
-    def best_for_head(log_head: float) -> float:
-        return _minimise_1d(lambda log_lin: solve(np.array([log_lin, log_head]))[1], c_lin0)[1]
-
-    c_lin0, c_head0 = base_crossovers
-    log_head = _minimise_1d(best_for_head, c_head0)[0]
-    log_lin = _minimise_1d(lambda x: solve(np.array([x, log_head]))[1], c_lin0)[0]
-    log_crossovers = np.array([log_lin, log_head])
-    ratio = solve(log_crossovers)[0]
-    linear = dict.fromkeys(_LINEAR, 0.0)
-    linear.update(
-        (name, float(value))
-        for name, value in zip(np.array(_LINEAR)[free], ratio * base_linear[free], strict=True)
-    )
+    log_crossovers = calibration.best_crossovers()
+    fitted = np.zeros(len(_LINEAR))
+    fitted[free] = calibration.solve(log_crossovers)[0] * base_linear[free]
+    linear = {name: float(value) for name, value in zip(_LINEAR, fitted, strict=True)}
     c_lin, c_head = np.exp(log_crossovers)
     return attrs.evolve(
         base,

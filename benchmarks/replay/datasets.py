@@ -70,11 +70,13 @@ def _azure_timestamp_s(text: str) -> float:
     """Seconds since 1970-01-01 of a zone-less ``YYYY-MM-DD HH:MM:SS[.fffffff]`` time."""
     whole, _, fraction = text.partition(".")
     try:
+        if fraction and not _FRACTION.fullmatch(fraction):
+            raise ValueError(fraction)
         seconds = (datetime.fromisoformat(whole) - _EPOCH).total_seconds()
-    except ValueError:
-        seconds = math.nan
-    if math.isnan(seconds) or (fraction and not _FRACTION.fullmatch(fraction)):
-        raise ValueError(f"TIMESTAMP must look like 2023-11-16 18:17:03.9799600, got {text!r}")
+    except (ValueError, TypeError):  # TypeError: a time zone, which the format has not
+        raise ValueError(
+            f"TIMESTAMP must look like 2023-11-16 18:17:03.9799600, got {text!r}"
+        ) from None
     return seconds + (int(fraction) / 10 ** len(fraction) if fraction else 0.0)
 
 
@@ -217,7 +219,10 @@ def sniff_format(path: str | os.PathLike[str]) -> str:
 
 
 def load_trace(
-    name_or_path: str, *, format: str = "auto", max_requests: int | None = None
+    name_or_path: str | os.PathLike[str],
+    *,
+    format: str = "auto",
+    max_requests: int | None = None,
 ) -> Trace:
     """Load a built-in trace by name, or a trace file in any supported format.
 
@@ -250,7 +255,7 @@ def load_trace(
         format = sniff_format(path) if format == "auto" else format
     else:
         raise ValueError(
-            f"unknown trace {name_or_path!r}: not a file and not a built-in name "
+            f"unknown trace {os.fspath(name_or_path)!r}: not a file and not a built-in name "
             f"({', '.join(BUILTIN_TRACES)})"
         )
     if format == "jsonl":

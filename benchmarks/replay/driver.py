@@ -120,7 +120,7 @@ class _Replay:
                     if scheduled else 0.0)
         now = self.harness.clock.advance(duration)
         self.busy_s += duration
-        self.steps += 1
+        self.steps += bool(scheduled)
         result = self.harness.complete(output)
         for out in result.outputs:
             record = self.records[out.request_id]

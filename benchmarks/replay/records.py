@@ -70,6 +70,7 @@ class SystemRun:
     system: str
     records: tuple[RequestRecord, ...]
     steps: int
+    """Engine steps that ran a batch."""
     busy_s: float
     makespan_s: float
     preemptions: int

@@ -1,11 +1,11 @@
 """Each PolicyScheduler seam, driven through the real vLLM scheduler (no model)."""
 
 import attrs
+from vllm.v1.engine import FinishReason
 
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
 from integrations.vllm_v1.scheduler import rejection_stop_reason
 from policies import AdmissionDecision, QoSRanker, QueueDepthLimit
-from vllm.v1.engine import FinishReason
 
 
 def drain(harness, limit=5000):

@@ -7,7 +7,7 @@ import random
 
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from benchmarks.replay.cost_model import (
@@ -209,11 +209,15 @@ def perturbed(base: StepCostModel, factors: list[float]) -> StepCostModel:
     )
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(
     gpu=st.sampled_from(sorted(PRESETS)),
     factors=st.lists(st.floats(min_value=0.6, max_value=1.6), min_size=9, max_size=9),
 )
+# Cases that defeated earlier fitting methods: the head crossover between the two
+# largest-but-one batch sizes, and a small head crossover with γ' well above base.
+@example(gpu="h100", factors=[1, 1, 1, 1.5, 0.75, 1, 1, 1, 1])
+@example(gpu="a100", factors=[1.6, 0.75, 1.0, 0.6, 0.85, 1.6, 1.5, 0.61, 1.5])
 def test_fit_recovers_the_coefficients_that_generated_exact_samples(gpu, factors):
     base = PRESETS[gpu]
     truth = perturbed(base, factors)

@@ -1,0 +1,100 @@
+"""The replay driver on the real vLLM scheduler: conservation, cancellation, rejection, prefixes."""
+
+import attrs
+import pytest
+
+from benchmarks.replay.cost_model import StepCostModel
+from benchmarks.replay.driver import prompt_token_ids, replay
+from benchmarks.replay.metrics import summarize
+from benchmarks.replay.trace import Trace, TraceRequest
+from integrations.vllm_v1 import EngineShape
+
+SHAPE = EngineShape(num_blocks=256, max_num_batched_tokens=512, max_num_seqs=16)
+COST = StepCostModel.preset("h100")
+
+
+def trace_of(*requests, block_size=None):
+    return Trace(name="t", requests=tuple(requests), block_size=block_size)
+
+
+def req(i, arrival, prompt=64, output=8, **kw):
+    return TraceRequest(
+        request_id=f"r{i}", arrival_s=arrival, prompt_tokens=prompt, output_tokens=output, **kw
+    )
+
+
+def test_every_request_completes_with_its_output_tokens_in_arrival_order():
+    trace = trace_of(*(req(i, i * 0.05, prompt=50 + 30 * i, output=5 + i) for i in range(12)))
+    run = replay(trace, "fcfs", shape=SHAPE, cost_model=COST)
+    assert {r.outcome for r in run.records} == {"completed"}
+    for record in run.records:
+        assert len(record.token_times_s) == record.output_tokens
+        assert record.token_times_s == sorted(record.token_times_s)
+        assert record.ttft_s > 0
+
+
+def test_virtual_time_follows_the_cost_model():
+    one = replay(trace_of(req(0, 0.0, prompt=1000, output=2)), "fcfs", shape=SHAPE, cost_model=COST)
+    slow = replay(
+        trace_of(req(0, 0.0, prompt=1000, output=2)),
+        "fcfs",
+        shape=SHAPE,
+        cost_model=attrs.evolve(COST, t0_s=COST.t0_s + 1.0),
+    )
+    (fast_record,), (slow_record,) = one.records, slow.records
+    assert one.steps == slow.steps
+    # Every step is exactly 1 s slower, so the whole run is `steps` seconds longer.
+    assert slow.makespan_s - one.makespan_s == pytest.approx(one.steps * 1.0)
+    assert slow_record.ttft_s > fast_record.ttft_s + 1.0
+
+
+def test_cancelled_requests_are_counted_not_lost():
+    trace = trace_of(req(0, 0.0, prompt=200, output=400, cancel_after_s=0.5), req(1, 0.1, output=3))
+    run = replay(trace, "fcfs", shape=SHAPE, cost_model=COST)
+    outcome = {r.request_id: r.outcome for r in run.records}
+    assert outcome == {"r0": "cancelled", "r1": "completed"}
+    cancelled = next(r for r in run.records if r.request_id == "r0")
+    assert 0 < len(cancelled.token_times_s) < 400
+    assert cancelled.finish_s == pytest.approx(0.5, abs=0.1)
+
+
+def test_rejections_are_counted_with_their_reason(tmp_path):
+    pipeline_file = tmp_path / "pipe.py"
+    pipeline_file.write_text(
+        "from integrations.vllm_v1 import Pipeline\n"
+        "from policies import QueueDepthLimit\n"
+        "PIPE = Pipeline(admission=QueueDepthLimit(max_waiting=1, retry_after_s=2))\n"
+    )
+    trace = trace_of(*(req(i, 0.0) for i in range(5)))
+    run = replay(trace, f"pipeline:{pipeline_file}:PIPE", shape=SHAPE, cost_model=COST)
+    summary = summarize(run)
+    assert summary["overall"]["completed"] + summary["overall"]["rejected"] == 5
+    assert summary["overall"]["rejected"] == 4
+    assert summary["rejections_by_reason"] == {"rejected:queue_full": 4}
+
+
+def test_shared_block_hashes_become_prefix_cache_hits():
+    shared = (11, 12, 13, 14)
+    trace = trace_of(
+        req(0, 0.0, prompt=256, block_hashes=shared),
+        req(1, 1.0, prompt=256, block_hashes=shared),
+        req(2, 2.0, prompt=256, block_hashes=(99, 98, 97, 96)),
+        block_size=64,
+    )
+    run = replay(trace, "fcfs", shape=SHAPE, cost_model=COST)
+    cached = {r.request_id: r.cached_tokens for r in run.records}
+    assert cached["r0"] == 0 and cached["r2"] == 0
+    assert cached["r1"] == 240  # all full 16-token blocks but the last token's
+
+
+def test_prompt_tokens_share_exactly_the_hashed_blocks():
+    a = prompt_token_ids(req(0, 0.0, prompt=100, block_hashes=(1, 2)), 0, 32)
+    b = prompt_token_ids(req(1, 0.0, prompt=100, block_hashes=(1, 3)), 1, 32)
+    assert len(a) == len(b) == 100
+    assert a[:32] == b[:32] and a[32:64] != b[32:64]
+    assert not set(a[64:]) & set(b[64:])
+
+
+def test_unknown_system_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown system"):
+        replay(trace_of(req(0, 0.0)), "lifo", shape=SHAPE, cost_model=COST)
