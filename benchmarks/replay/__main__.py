@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 
 import attrs
@@ -22,7 +23,7 @@ from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
-from benchmarks.replay.plots import plot_ttft
+from benchmarks.replay.plots import plot_engine, plot_tenant_service, plot_ttft
 from benchmarks.replay.trace import Trace
 from integrations.vllm_v1.harness import EngineShape
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", default="azure-conv", help="built-in name or file path")
     parser.add_argument("--format", default="auto", help="auto, jsonl, azure or mooncake")
     parser.add_argument("--tenants", choices=["none", "servegen"], default="none")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the tenant assignment")
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--max-requests", type=int, default=None)
     parser.add_argument("--systems", default="fcfs,priority,pipeline:qos",
@@ -69,11 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
+    logging.getLogger("vllm").setLevel(logging.ERROR)
     trace = load_trace(args.trace, format=args.format, max_requests=args.max_requests)
     if args.tenants == "servegen":
-        trace = with_tenant_priorities(assign_servegen_tenants(trace))
+        trace = with_tenant_priorities(assign_servegen_tenants(trace, seed=args.seed))
     trace = trace.scaled(args.rate_scale)
     cost_model = attrs.evolve(StepCostModel.preset(args.gpu), **parse_overrides(args.cost))
     shape = EngineShape(num_blocks=args.kv_blocks, block_size=args.block_size,
@@ -87,15 +90,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
         runs.append(run)
         summaries.append(summarize(run))
     args.out.mkdir(parents=True, exist_ok=True)
-    config = {"trace": trace.name, "requests": len(trace.requests), "rate_scale": args.rate_scale,
-              "tenants": args.tenants, "gpu": args.gpu, "cost_model": attrs.asdict(cost_model),
-              "engine": attrs.asdict(shape)}
-    (args.out / "summary.json").write_text(json.dumps({"config": config, "results": summaries},
-                                                      indent=2))
+    config = {"requests": len(trace.requests), "rate_scale": args.rate_scale,
+              "tenants": args.tenants, "seed": args.seed, "gpu": args.gpu,
+              "cost_model": attrs.asdict(cost_model), "engine": attrs.asdict(shape)}
+    summary = {"trace": trace.name, "config": config,
+               "systems": {s["system"]: s for s in summaries}}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_ttft(runs, args.out / "ttft.png")
+    plot_engine(runs, args.out / "engine.png")
+    plot_tenant_service(runs, args.out / "tenant_service.png")
     print(format_table(summaries))
-    print(f"\nwrote {args.out / 'summary.json'} and {args.out / 'ttft.png'}")
-    return summaries
+    print(f"\nwrote summary.json, ttft.png, engine.png, tenant_service.png to {args.out}")
+    return summary
 
 
 def _ms(value: float | None) -> str:

@@ -12,13 +12,14 @@ that does none of these fails the run.
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Callable
 
 import attrs
 from vllm.v1.request import RequestStatus
 
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
-from benchmarks.replay.records import RequestRecord, SystemRun
+from benchmarks.replay.records import EngineSample, RequestRecord, SystemRun
 from benchmarks.replay.trace import Trace, TraceRequest
 from integrations.vllm_v1.harness import EngineShape, SchedulerHarness
 from integrations.vllm_v1.presets import resolve_pipeline
@@ -59,7 +60,7 @@ def step_batch(harness: SchedulerHarness, num_scheduled_tokens: dict[str, int]) 
     for req_id, tokens in num_scheduled_tokens.items():
         request = harness.scheduler.requests[req_id]
         before = request.num_computed_tokens - tokens
-        if tokens == 1 and before + 1 == request.num_tokens:
+        if tokens == 1 and before >= request.num_prompt_tokens:
             decodes.append(before)
         else:
             prefills.append(PrefillChunk(tokens=tokens, cached_tokens=before))
@@ -77,6 +78,8 @@ class _Replay:
     steps: int = 0
     busy_s: float = 0.0
     preemptions: int = 0
+    samples: list[EngineSample] = attrs.field(factory=list)
+    sample_every_s: float = 1.0
 
     def admit(self, index: int, request: TraceRequest) -> None:
         extra = {"tenant": request.tenant} if request.tenant else {}
@@ -104,7 +107,9 @@ class _Replay:
     def step(self) -> None:
         scheduler = self.harness.scheduler
         output = scheduler.schedule()
-        self.preemptions += len(output.preempted_req_ids or ())
+        for req_id in output.preempted_req_ids or ():
+            self.records[req_id].preemptions += 1
+            self.preemptions += 1
         scheduled = output.num_scheduled_tokens
         for req_id, tokens in scheduled.items():
             request = scheduler.requests[req_id]
@@ -122,6 +127,10 @@ class _Replay:
         self.busy_s += duration
         self.steps += bool(scheduled)
         result = self.harness.complete(output)
+        if not self.samples or now - self.samples[-1].time_s >= self.sample_every_s:
+            running, waiting = scheduler.get_request_counts()
+            self.samples.append(EngineSample(now, scheduler.get_kv_cache_usage(), waiting,
+                                             running))
         for out in result.outputs:
             record = self.records[out.request_id]
             if out.new_token_ids:
@@ -134,9 +143,14 @@ class _Replay:
 
 
 def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCostModel,
-           progress: Callable[[int], None] | None = None) -> SystemRun:
-    """Run ``trace`` through ``system``; every request ends completed, rejected or cancelled."""
-    harness = build_harness(system, shape)
+           progress: Callable[[int], None] | None = None,
+           harness: SchedulerHarness | None = None) -> SystemRun:
+    """Run ``trace`` through ``system``; every request ends completed, rejected or cancelled.
+
+    ``harness`` replaces the one built from ``system`` and ``shape`` (to inspect it afterwards).
+    """
+    started = time.perf_counter()
+    harness = harness or build_harness(system, shape)
     run = _Replay(harness, trace, cost_model)
     requests = trace.requests
     next_index = 0
@@ -162,4 +176,5 @@ def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCos
         raise RuntimeError(f"{system}: {len(lost)} requests neither completed nor rejected "
                            f"(e.g. {lost[:5]}); offered {len(requests)}, seen {len(run.records)}")
     return SystemRun(system=system, records=tuple(run.records.values()), steps=run.steps,
-                     busy_s=run.busy_s, makespan_s=clock.now(), preemptions=run.preemptions)
+                     busy_s=run.busy_s, makespan_s=clock.now(), preemptions=run.preemptions,
+                     samples=tuple(run.samples), wall_s=time.perf_counter() - started)

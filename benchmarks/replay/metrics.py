@@ -56,8 +56,8 @@ def meets_slo(record: RequestRecord, slos: Mapping[str, SLO]) -> bool:
 
 
 def latency_summary(records: Iterable[RequestRecord], slos: Mapping[str, SLO],
-                    duration_s: float) -> dict:
-    """Counts, TTFT/TPOT/ITL/E2E percentiles, SLO attainment and goodput of ``records``."""
+                    duration_s: float, weights: Mapping[str, float] | None = None) -> dict:
+    """Counts, TTFT/TPOT/ITL/E2E percentiles, SLO attainment, goodput, cache and fairness."""
     records = list(records)
     done = [r for r in records if r.outcome == "completed"]
     ttft = [r.ttft_s for r in done if r.ttft_s is not None]
@@ -85,7 +85,9 @@ def latency_summary(records: Iterable[RequestRecord], slos: Mapping[str, SLO],
         "goodput_rps": meeting / duration_s if duration_s > 0 else None,
         "prefix_hit_rate": (sum(r.cached_tokens for r in served)
                             / max(1, sum(r.prompt_tokens for r in served))),
+        "preemptions": sum(r.preemptions for r in records),
         "recomputed_tokens": sum(r.recomputed_tokens for r in records),
+        "jain_index": fairness(records, weights=weights)["jain_mean"],
     }
 
 
@@ -106,25 +108,27 @@ def fairness(records: Iterable[RequestRecord], *, weights: Mapping[str, float] |
     in it, divided by its weight (default 1).
     """
     records = [r for r in records if r.outcome == "completed" and r.token_times_s]
-    if not records:
+    tenants = sorted({r.tenant for r in records})
+    if len(tenants) < 2:
         return {"jain_mean": None, "jain_min": None, "max_min_share_ratio": None, "windows": 0}
-    end = max(r.finish_s for r in records)
-    count = int(end // window_s) + 1
-    service = defaultdict(lambda: np.zeros(count))
+    count = int(max(r.finish_s for r in records) // window_s) + 1
+    mids = (np.arange(count) + 0.5) * window_s
+    service = np.zeros((len(tenants), count))
+    backlogged = np.zeros((len(tenants), count), dtype=bool)
+    row = {tenant: i for i, tenant in enumerate(tenants)}
     for r in records:
-        service[r.tenant][int(r.token_times_s[0] // window_s)] += r.prompt_tokens
-        for t in r.token_times_s:
-            service[r.tenant][int(t // window_s)] += 1
+        i = row[r.tenant]
+        service[i, int(r.token_times_s[0] // window_s)] += r.prompt_tokens
+        np.add.at(service[i], (np.asarray(r.token_times_s) // window_s).astype(int), 1)
+        backlogged[i] |= (r.arrival_s <= mids) & (mids < r.finish_s)
+    weight = np.array([(weights or {}).get(t, 1.0) for t in tenants])[:, None]
+    shares = service / weight
     jains, ratios = [], []
-    for w in range(count):
-        mid = (w + 0.5) * window_s
-        backlogged = {r.tenant for r in records if r.arrival_s <= mid < r.finish_s}
-        if len(backlogged) < 2:
-            continue
-        shares = [service[t][w] / (weights or {}).get(t, 1.0) for t in sorted(backlogged)]
-        jains.append(jain_index(shares))
-        if min(shares) > 0:
-            ratios.append(max(shares) / min(shares))
+    for w in np.flatnonzero(backlogged.sum(axis=0) >= 2):
+        active = shares[backlogged[:, w], w]
+        jains.append(jain_index(active))
+        if active.min() > 0:
+            ratios.append(active.max() / active.min())
     return {
         "jain_mean": float(np.mean(jains)) if jains else None,
         "jain_min": float(np.min(jains)) if jains else None,
@@ -135,19 +139,29 @@ def fairness(records: Iterable[RequestRecord], *, weights: Mapping[str, float] |
 
 def summarize(run: SystemRun, *, slos: Mapping[str, SLO] = DEFAULT_SLOS,
               weights: Mapping[str, float] | None = None) -> dict:
-    """Overall, per-class and per-tenant metrics of one system's replay."""
+    """Overall, per-class and per-tenant metrics of one system's replay.
+
+    Conservation holds by construction of the replay: ``offered == completed +
+    rejected + cancelled``.
+    """
     duration = run.makespan_s - min((r.arrival_s for r in run.records), default=0.0)
     by_class: dict[str, list[RequestRecord]] = defaultdict(list)
     by_tenant: dict[str, list[RequestRecord]] = defaultdict(list)
     for record in run.records:
         by_class[request_class(record)].append(record)
         by_tenant[record.tenant].append(record)
+    overall = latency_summary(run.records, slos, duration, weights)
     reasons = Counter(r.reason.split(";")[0] for r in run.records if r.outcome == "rejected")
     return {
         "system": run.system,
-        "overall": latency_summary(run.records, slos, duration),
-        "by_class": {k: latency_summary(v, slos, duration) for k, v in sorted(by_class.items())},
-        "by_tenant": {k: latency_summary(v, slos, duration)
+        "offered": overall["offered"],
+        "completed": overall["completed"],
+        "rejected": overall["rejected"],
+        "cancelled": overall["cancelled"],
+        "overall": overall,
+        "by_class": {k: latency_summary(v, slos, duration, weights)
+                     for k, v in sorted(by_class.items())},
+        "by_tenant": {k: latency_summary(v, slos, duration, weights)
                       for k, v in sorted(by_tenant.items())},
         "fairness": fairness(run.records, weights=weights),
         "rejections_by_reason": dict(reasons),
@@ -155,4 +169,6 @@ def summarize(run: SystemRun, *, slos: Mapping[str, SLO] = DEFAULT_SLOS,
         "steps": run.steps,
         "makespan_s": run.makespan_s,
         "utilisation": run.busy_s / duration if duration > 0 else None,
+        "wall_s": run.wall_s,
+        "steps_per_s": run.steps / run.wall_s if run.wall_s > 0 else None,
     }

@@ -35,3 +35,45 @@ def plot_ttft(runs: Sequence[SystemRun], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_engine(runs: Sequence[SystemRun], path: Path) -> None:
+    """KV-cache usage and waiting-queue length over virtual time, one line per system."""
+    fig, (kv, queue) = plt.subplots(1, 2, figsize=(11, 3.6))
+    for run in runs:
+        times = [s.time_s for s in run.samples]
+        kv.plot(times, [100 * s.kv_usage for s in run.samples], label=run.system)
+        queue.plot(times, [s.waiting for s in run.samples], label=run.system)
+    kv.set_title("KV-cache usage (%)")
+    queue.set_title("waiting requests")
+    for ax in (kv, queue):
+        ax.set_xlabel("virtual time (s)")
+        ax.grid(alpha=0.3)
+    queue.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_tenant_service(runs: Sequence[SystemRun], path: Path) -> None:
+    """Cumulative tokens served per tenant over time (prompt at first token, then outputs)."""
+    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.6), squeeze=False,
+                             sharey=True)
+    for ax, run in zip(axes[0], runs, strict=True):
+        events: dict[str, list[tuple[float, int]]] = {}
+        for r in run.records:
+            if r.token_times_s:
+                series = events.setdefault(r.tenant, [])
+                series.append((r.token_times_s[0], r.prompt_tokens))
+                series.extend((t, 1) for t in r.token_times_s)
+        for tenant in sorted(events):
+            series = sorted(events[tenant])
+            ax.plot([t for t, _ in series], np.cumsum([n for _, n in series]), label=tenant)
+        ax.set_title(f"service by tenant: {run.system}")
+        ax.set_xlabel("virtual time (s)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("tokens served")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -27,6 +27,7 @@ class RequestRecord:
     """Prompt tokens found in the prefix cache when first scheduled."""
     recomputed_tokens: int = 0
     """Tokens computed again after a preemption threw their KV away."""
+    preemptions: int = 0
     token_times_s: list[float] = attrs.field(factory=list)
     outcome: Outcome | None = None
     finish_s: float | None = None
@@ -63,6 +64,16 @@ class RequestRecord:
         return self.finish_s - self.arrival_s if self.outcome == "completed" else None
 
 
+@attrs.frozen
+class EngineSample:
+    """Engine state after one step: the series behind the KV-usage and queue plots."""
+
+    time_s: float
+    kv_usage: float
+    waiting: int
+    running: int
+
+
 @attrs.frozen(kw_only=True)
 class SystemRun:
     """Every request record of one system's replay, plus engine-level counters."""
@@ -74,3 +85,6 @@ class SystemRun:
     busy_s: float
     makespan_s: float
     preemptions: int
+    samples: tuple[EngineSample, ...] = ()
+    wall_s: float = 0.0
+    """Real seconds the replay took."""

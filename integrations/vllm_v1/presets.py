@@ -9,11 +9,15 @@ from pathlib import Path
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import QoSRanker
 
+_QOS = Pipeline(ranking=QoSRanker())
+
 PRESETS: dict[str, Pipeline] = {
     "identity": Pipeline(),
-    "qos": Pipeline(ranking=QoSRanker()),
+    "qos": _QOS,
+    "default": _QOS,
 }
-"""Built-in pipelines by name: ``identity`` (stock ``fcfs``), ``qos`` (QoS ranking)."""
+"""Built-in pipelines by name: ``identity`` (schedules like stock ``fcfs``), ``qos`` (QoS
+ranking) and ``default`` (the recommended composition; today the same as ``qos``)."""
 
 
 def resolve_pipeline(spec: str) -> Pipeline:

@@ -2,9 +2,11 @@
 
 import attrs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.driver import prompt_token_ids, replay
+from benchmarks.replay.driver import build_harness, prompt_token_ids, replay
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.trace import Trace, TraceRequest
 from integrations.vllm_v1 import EngineShape
@@ -98,3 +100,52 @@ def test_prompt_tokens_share_exactly_the_hashed_blocks():
 def test_unknown_system_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown system"):
         replay(trace_of(req(0, 0.0)), "lifo", shape=SHAPE, cost_model=COST)
+
+
+traces = st.lists(
+    st.tuples(st.floats(0, 3), st.integers(1, 600), st.integers(1, 40),
+              st.one_of(st.none(), st.floats(0.01, 2.0)), st.sampled_from(["a", "b", None])),
+    min_size=1, max_size=25)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=traces, system=st.sampled_from(["fcfs", "priority", "pipeline:qos"]))
+def test_every_offered_request_is_accounted_for(rows, system):
+    trace = trace_of(*(req(i, arrival, prompt=prompt, output=output, cancel_after_s=cancel,
+                           tenant=tenant, priority=i % 3 - 1)
+                       for i, (arrival, prompt, output, cancel, tenant) in enumerate(rows)))
+    tight = EngineShape(num_blocks=48, max_num_batched_tokens=256, max_num_seqs=6)
+    run = replay(trace, system, shape=tight, cost_model=COST)
+    summary = summarize(run)
+    assert summary["offered"] == len(rows)
+    assert summary["completed"] + summary["rejected"] + summary["cancelled"] == len(rows)
+    for record in run.records:
+        if record.outcome == "completed":
+            assert len(record.token_times_s) == record.output_tokens
+
+
+def test_cancellation_frees_the_kv_cache():
+    trace = trace_of(req(0, 0.0, prompt=500, output=10_000, cancel_after_s=1.0))
+    harness = build_harness("fcfs", SHAPE)
+    run = replay(trace, "fcfs", shape=SHAPE, cost_model=COST, harness=harness)
+    assert run.records[0].outcome == "cancelled"
+    pool = harness.scheduler.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == SHAPE.num_blocks - 1  # all but vLLM's null block
+    assert harness.scheduler.get_kv_cache_usage() == 0.0
+
+
+def test_same_seed_gives_identical_summary(tmp_path):
+    from benchmarks.replay.__main__ import main
+
+    args = ["--trace", "azure-code", "--tenants", "servegen", "--rate-scale", "3",
+            "--max-requests", "120", "--systems", "fcfs,pipeline:qos", "--kv-blocks", "4000"]
+    first = main([*args, "--out", str(tmp_path / "a")])
+    second = main([*args, "--out", str(tmp_path / "b")])
+    for summary in (first, second):
+        for system in summary["systems"].values():
+            system.pop("wall_s")
+            system.pop("steps_per_s")
+    assert first == second
+    assert (tmp_path / "a" / "ttft.png").stat().st_size > 0
+    assert set(first["systems"]) == {"fcfs", "pipeline:qos"}
+    assert {"short", "long"} <= set(first["systems"]["fcfs"]["by_class"])
