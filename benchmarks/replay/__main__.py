@@ -19,6 +19,7 @@ from pathlib import Path
 import attrs
 from tqdm import tqdm
 
+from benchmarks.replay.calibrate import load_cost_model
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
 from benchmarks.replay.driver import replay
@@ -60,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--systems", default="fcfs,priority,pipeline:qos",
                         help="comma-separated: fcfs, priority, pipeline:NAME|module:attr|file.py:attr")
     parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
+    parser.add_argument("--cost-model", type=Path,
+                        help="cost_model.json from benchmarks.replay.calibrate (replaces --gpu)")
     parser.add_argument("--cost", action="append", default=[], metavar="KEY=VALUE",
                         help="override a StepCostModel coefficient (seconds)")
     parser.add_argument("--kv-blocks", type=int, default=24800)
@@ -78,7 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.tenants == "servegen":
         trace = with_tenant_priorities(assign_servegen_tenants(trace, seed=args.seed))
     trace = trace.scaled(args.rate_scale)
-    cost_model = attrs.evolve(StepCostModel.preset(args.gpu), **parse_overrides(args.cost))
+    base = load_cost_model(args.cost_model) if args.cost_model else StepCostModel.preset(args.gpu)
+    cost_model = attrs.evolve(base, **parse_overrides(args.cost))
     shape = EngineShape(num_blocks=args.kv_blocks, block_size=args.block_size,
                         max_num_seqs=args.max_num_seqs,
                         max_num_batched_tokens=args.max_num_batched_tokens,

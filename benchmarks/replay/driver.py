@@ -21,7 +21,12 @@ from vllm.v1.request import RequestStatus
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
 from benchmarks.replay.records import EngineSample, RequestRecord, SystemRun
 from benchmarks.replay.trace import Trace, TraceRequest
-from integrations.vllm_v1.harness import EngineShape, SchedulerHarness
+from integrations.vllm_v1.harness import (
+    EngineShape,
+    ScheduledWork,
+    SchedulerHarness,
+    scheduled_work,
+)
 from integrations.vllm_v1.presets import resolve_pipeline
 
 STOCK_SYSTEMS = ("fcfs", "priority")
@@ -56,15 +61,14 @@ def prompt_token_ids(request: TraceRequest, index: int, block_size: int | None) 
 
 def step_batch(harness: SchedulerHarness, num_scheduled_tokens: dict[str, int]) -> StepBatch:
     """The cost-model view of a scheduled step (call after ``schedule()``)."""
-    prefills, decodes = [], []
-    for req_id, tokens in num_scheduled_tokens.items():
-        request = harness.scheduler.requests[req_id]
-        before = request.num_computed_tokens - tokens
-        if tokens == 1 and before >= request.num_prompt_tokens:
-            decodes.append(before)
-        else:
-            prefills.append(PrefillChunk(tokens=tokens, cached_tokens=before))
-    return StepBatch(prefills=tuple(prefills), decode_context_tokens=tuple(decodes))
+    return work_batch(scheduled_work(harness.scheduler, num_scheduled_tokens))
+
+
+def work_batch(work: ScheduledWork) -> StepBatch:
+    """A `ScheduledWork` as the cost model's `StepBatch`."""
+    return StepBatch(prefills=tuple(PrefillChunk(tokens=c, cached_tokens=k)
+                                    for c, k in work.prefills),
+                     decode_context_tokens=work.decode_contexts)
 
 
 @attrs.define(eq=False)

@@ -83,6 +83,33 @@ class EngineShape:
 
 
 @attrs.frozen
+class ScheduledWork:
+    """What one scheduled step computes: prefill chunks and decoding sequences."""
+
+    prefills: tuple[tuple[int, int], ...]
+    """``(new_tokens, tokens_already_in_kv)`` per prefill chunk."""
+    decode_contexts: tuple[int, ...]
+    """Context length (tokens already in KV) of each decoding sequence."""
+
+
+def scheduled_work(scheduler: Scheduler, num_scheduled_tokens: dict[str, int]) -> ScheduledWork:
+    """Classify a step's scheduled tokens; call between ``schedule()`` and ``update_from_output()``.
+
+    A request scheduled for one token with its whole prompt in KV decodes; anything
+    else (first prefill, chunk, recompute after preemption) is a prefill chunk.
+    """
+    prefills, decodes = [], []
+    for req_id, tokens in num_scheduled_tokens.items():
+        request = scheduler.requests[req_id]
+        before = request.num_computed_tokens - tokens
+        if tokens == 1 and before >= request.num_prompt_tokens:
+            decodes.append(before)
+        else:
+            prefills.append((tokens, before))
+    return ScheduledWork(tuple(prefills), tuple(decodes))
+
+
+@attrs.frozen
 class StepResult:
     """What one harness step scheduled and what the engine reported back."""
 
