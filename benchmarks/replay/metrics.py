@@ -1,8 +1,9 @@
 """Summaries of a replay: latency percentiles, SLOs, goodput, fairness, cache and preemption.
 
 Everything is computed from `RequestRecord`s; definitions follow BENCHMARKS.md §1.
-Requests are grouped by ``slo_class`` when the trace has one, else by prompt
-length (``short`` below `SHORT_PROMPT_TOKENS`, ``long`` otherwise).
+Every request counts in its prompt-length class (``short`` below
+`SHORT_PROMPT_TOKENS`, ``long`` otherwise) and, when the trace gives one, in its
+``slo_class`` too; SLOs are judged by the SLO class, else the length class.
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ DEFAULT_SLOS: Mapping[str, SLO] = {
 """Default per-class targets (Llama-3-8B-class serving); override per run."""
 
 
+def length_class(record: RequestRecord) -> str:
+    """``short`` below `SHORT_PROMPT_TOKENS` prompt tokens, else ``long``."""
+    return "short" if record.prompt_tokens < SHORT_PROMPT_TOKENS else "long"
+
+
 def request_class(record: RequestRecord) -> str:
     """The record's SLO class, or its prompt-length class when it has none."""
-    if record.slo_class:
-        return record.slo_class
-    return "short" if record.prompt_tokens < SHORT_PROMPT_TOKENS else "long"
+    return record.slo_class or length_class(record)
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -148,7 +152,9 @@ def summarize(run: SystemRun, *, slos: Mapping[str, SLO] = DEFAULT_SLOS,
     by_class: dict[str, list[RequestRecord]] = defaultdict(list)
     by_tenant: dict[str, list[RequestRecord]] = defaultdict(list)
     for record in run.records:
-        by_class[request_class(record)].append(record)
+        by_class[length_class(record)].append(record)
+        if record.slo_class:
+            by_class[record.slo_class].append(record)
         by_tenant[record.tenant].append(record)
     overall = latency_summary(run.records, slos, duration, weights)
     reasons = Counter(r.reason.split(";")[0] for r in run.records if r.outcome == "rejected")

@@ -72,7 +72,7 @@ def test_max_requests_keeps_the_earliest(builtin):
         (
             {"name_or_path": "azure-chat"},
             "unknown trace 'azure-chat': not a file and not a built-in name "
-            "(azure-code, azure-conv, mooncake-conv)",
+            "(azure-code, azure-conv, mooncake-conv, enterprise)",
         ),
         ({"name_or_path": "azure-conv", "format": "csv"}, "format must be one of auto, jsonl, "
          "azure, mooncake, got 'csv'"),
@@ -225,3 +225,17 @@ def test_tenant_count_must_fit_the_client_pool(builtin, num_tenants):
     with pytest.raises(ValueError) as info:
         assign_servegen_tenants(builtin["azure-code"], num_tenants=num_tenants)
     assert str(info.value) == f"num_tenants must be between 1 and 43, got {num_tenants!r}"
+
+
+def test_enterprise_workload_is_deterministic_and_has_seven_tiered_tenants():
+    from benchmarks.replay.enterprise import TENANTS, enterprise_trace
+
+    trace = load_trace("enterprise")
+    assert trace == enterprise_trace(seed=0)
+    assert trace != enterprise_trace(seed=1)
+    tenants = {r.tenant for r in trace.requests}
+    assert tenants == {t.name for t in TENANTS}
+    assert {r.slo_class for r in trace.requests} == {"gold", "silver", "bronze"}
+    assert any(r.cancel_after_s for r in trace.requests)
+    assert all(r.block_hashes and r.prompt_tokens >= 512 for r in trace.requests)
+    assert 0 < trace.duration_s <= 300

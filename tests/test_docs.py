@@ -1,0 +1,128 @@
+"""The docs site's code runs: tested examples execute, API pages name importable modules.
+
+A fenced ``python`` block in ``docs/`` is executed when the line before it (blank lines
+aside) is the marker ``<!-- test: run -->`` (invisible on the site). Each block runs in a
+fresh module of its own, so classes it defines can be pickled (pipelines are), and must hold
+at least one ``assert`` of its own.
+"""
+
+import ast
+import importlib
+import re
+import sys
+import types
+from pathlib import Path
+
+import attrs
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+MARKER = "<!-- test: run -->"
+FENCE = re.compile(r"^```python\s*$")
+HEADING = re.compile(r"^#{1,6}\s+(.*)$")
+API_DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
+
+
+@attrs.frozen
+class CodeBlock:
+    path: Path
+    line: int  # 1-based line of the first line of code (after the fence)
+    code: str
+    tested: bool
+    heading: str  # the nearest heading above the block
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def python_blocks(path: Path) -> list[CodeBlock]:
+    """Every fenced python block of a markdown file, in order."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks, heading, previous, index = [], "", "", 0
+    while index < len(lines):
+        text = lines[index]
+        if match := HEADING.match(text):
+            heading = match.group(1)
+        if FENCE.match(text):
+            end = index + 1
+            while end < len(lines) and lines[end].strip() != "```":
+                end += 1
+            if end == len(lines):
+                raise AssertionError(f"{path}:{index + 1}: unclosed code fence")
+            blocks.append(CodeBlock(path, index + 2, "\n".join(lines[index + 1:end]) + "\n",
+                                    previous.strip() == MARKER, heading))
+            index = end
+        if text.strip():
+            previous = text
+        index += 1
+    return blocks
+
+
+def marked_blocks() -> list[CodeBlock]:
+    return [block for path in sorted(DOCS.rglob("*.md")) for block in python_blocks(path)
+            if block.tested]
+
+
+def run_block(block: CodeBlock) -> types.ModuleType:
+    """Execute the block as the body of a new module; tracebacks show docs line numbers."""
+    tree = ast.parse(block.code)
+    assert any(isinstance(node, ast.Assert) for node in ast.walk(tree)), (
+        f"{block.where}: a tested example must check its own result with assert")
+    name = f"docs_example_{abs(hash(block.where))}"
+    module = types.ModuleType(name)
+    module.__file__ = str(block.path)
+    sys.modules[name] = module
+    try:
+        source = "\n" * (block.line - 1) + block.code
+        exec(compile(source, str(block.path), "exec"), module.__dict__)
+    finally:
+        del sys.modules[name]
+    return module
+
+
+def test_the_quickstart_is_a_tested_example():
+    index = python_blocks(DOCS / "index.md")
+    quickstart = [block for block in index if "quickstart" in block.heading.lower()]
+    assert quickstart, "docs/index.md needs a python block under a 'Quickstart' heading"
+    assert quickstart[0].tested, f"{quickstart[0].where}: mark the quickstart with {MARKER}"
+    assert quickstart[0] in marked_blocks()
+
+
+@pytest.mark.parametrize("block", marked_blocks(), ids=lambda block: block.where)
+def test_tested_example_runs(block):
+    run_block(block)
+
+
+def api_modules() -> list[tuple[str, str]]:
+    return [(page.name, module) for page in sorted((DOCS / "api").glob("*.md"))
+            for module in API_DIRECTIVE.findall(page.read_text(encoding="utf-8"))]
+
+
+def test_api_pages_document_modules():
+    assert {page for page, _ in api_modules()} == {"policies.md", "integrations.md",
+                                                   "benchmarks.md"}
+
+
+@pytest.mark.parametrize(("page", "module"), api_modules(), ids=lambda value: value)
+def test_api_page_module_imports(page, module):
+    assert isinstance(importlib.import_module(module), types.ModuleType)
+
+
+def nav_files(entries) -> list[str]:
+    files = []
+    for entry in entries:
+        if isinstance(entry, str):
+            files.append(entry)
+        elif isinstance(entry, dict):
+            for value in entry.values():
+                files += nav_files(value) if isinstance(value, list) else [value]
+    return files
+
+
+def test_every_nav_entry_exists():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    missing = [name for name in nav_files(config["nav"]) if not (DOCS / name).is_file()]
+    assert not missing, f"mkdocs.yml nav names files missing from docs/: {missing}"
