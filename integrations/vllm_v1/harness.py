@@ -31,7 +31,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from integrations.vllm_v1.pipeline import Pipeline
-from integrations.vllm_v1.scheduler import PolicyScheduler
+from integrations.vllm_v1.scheduler import PolicyScheduler, PolicySchedulerMixin
 from policies import ManualClock
 
 SAMPLED_TOKEN_ID = 7
@@ -119,8 +119,12 @@ class StepResult:
 
 
 def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
-                    stock_policy: Literal["fcfs", "priority"] = "fcfs") -> Scheduler:
-    """vLLM's stock `Scheduler` (``pipeline=None``) or a `PolicyScheduler`, with no model."""
+                    stock_policy: Literal["fcfs", "priority"] = "fcfs",
+                    scheduler_cls: type[Scheduler] | None = None) -> Scheduler:
+    """vLLM's stock `Scheduler` (``pipeline=None``) or a `PolicyScheduler`, with no model.
+
+    ``scheduler_cls`` overrides the class (e.g. `AsyncPolicyScheduler`).
+    """
     model_config = ModelConfig(
         model=str(scheduler_model_dir(shape.max_model_len)),
         skip_tokenizer_init=True,
@@ -157,7 +161,7 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
             )
         ],
     )
-    cls = PolicyScheduler if pipeline is not None else Scheduler
+    cls = scheduler_cls or (PolicyScheduler if pipeline is not None else Scheduler)
     return cls(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
@@ -178,14 +182,16 @@ class SchedulerHarness:
     def __attrs_post_init__(self) -> None:
         init_none_hash(sha256_cbor)
         self._block_hasher = get_request_block_hasher(self.scheduler.block_size, sha256_cbor)
-        if isinstance(self.scheduler, PolicyScheduler):
+        if isinstance(self.scheduler, PolicySchedulerMixin):
             self.scheduler.clock = self.clock.now
 
     @classmethod
     def build(cls, pipeline: Pipeline | None = None, *, shape: EngineShape | None = None,
-              stock_policy: Literal["fcfs", "priority"] = "fcfs") -> SchedulerHarness:
+              stock_policy: Literal["fcfs", "priority"] = "fcfs",
+              scheduler_cls: type[Scheduler] | None = None) -> SchedulerHarness:
         """Harness over ``PolicyScheduler(pipeline)``, or stock vLLM when ``pipeline`` is None."""
-        return cls(build_scheduler(shape or EngineShape(), pipeline, stock_policy))
+        return cls(build_scheduler(shape or EngineShape(), pipeline, stock_policy,
+                                   scheduler_cls))
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int], max_tokens: int, *,
                     priority: int = 0, extra_args: dict | None = None,

@@ -101,3 +101,19 @@ def test_token_cap_clamps_prefill_chunks_but_never_decodes():
     assert chunks["free"][0] == 200
     assert chunks["capped"][:7] == [32] * 6 + [8]
     assert chunks["capped"][7:] == [1, 1]  # decodes run uncapped (1 token each)
+
+
+def test_async_variant_schedules_like_the_sync_one():
+    from integrations.vllm_v1 import AsyncPolicyScheduler
+
+    def order(scheduler_cls):
+        harness = SchedulerHarness.build(Pipeline(ranking=QoSRanker()), scheduler_cls=scheduler_cls,
+                                         shape=EngineShape(max_num_batched_tokens=128,
+                                                           max_num_seqs=2))
+        for name, prompt, priority in [("a", 900, 3), ("b", 60, 0), ("c", 400, -4), ("d", 30, 0)]:
+            harness.add_request(name, range(prompt), 4, priority=priority)
+        return drain(harness)
+
+    sync = order(None)
+    assert order(AsyncPolicyScheduler) == sync
+    assert sorted(sync) == ["a", "b", "c", "d"]
