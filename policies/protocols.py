@@ -36,8 +36,12 @@ class AdmissionPolicy(Protocol):
 
 @runtime_checkable
 class TokenCapPolicy(Protocol):
-    """Caps the tokens one request may be scheduled in one step."""
+    """Caps the prefill tokens one request may be scheduled in one step."""
 
     def token_cap(self, request: RequestView, load: LoadSnapshot) -> int | None:
-        """At most this many tokens this step (``None``: no cap, 0: skip it)."""
+        """At most this many prefill tokens this step (``None``: no cap; at least 1 is kept)."""
+        ...
+
+    def on_scheduled(self, request: RequestView, tokens: int, now: float) -> None:
+        """The scheduler gave ``request`` ``tokens`` tokens in the step that started at ``now``."""
         ...

@@ -144,6 +144,15 @@ class PolicySchedulerMixin:
         cap = cap_policy.token_cap(request_view(request, tracked.metadata), self._load)
         return num_new_tokens if cap is None else min(num_new_tokens, max(cap, 1))
 
+    def _update_after_schedule(self, scheduler_output: Any) -> None:
+        cap_policy = self.pipeline.token_cap
+        if cap_policy is not None and self._load is not None:
+            for req_id, tokens in scheduler_output.num_scheduled_tokens.items():
+                request = self.requests[req_id]
+                view = request_view(request, self._tracked[req_id].metadata)
+                cap_policy.on_scheduled(view, tokens, self._load.now)
+        super()._update_after_schedule(scheduler_output)
+
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         self._tracked.pop(request.request_id, None)
         return super()._free_request(request, delay_free_blocks)

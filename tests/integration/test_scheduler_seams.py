@@ -78,14 +78,19 @@ def test_invalid_metadata_is_rejected_not_crashed():
     assert sorted(result.finished_request_ids + tuple(drain(harness))) == ["bad", "good"]
 
 
-@attrs.frozen
+@attrs.define
 class PrefillChunkCap:
     """A test policy: at most ``tokens`` prefill tokens per step for tenant ``batch``."""
 
     tokens: int
 
+    scheduled: list = attrs.field(factory=list)
+
     def token_cap(self, request, load):
         return self.tokens if request.tenant == "batch" else None
+
+    def on_scheduled(self, request, tokens, now):
+        self.scheduled.append((request.request_id, tokens))
 
 
 def test_token_cap_clamps_prefill_chunks_but_never_decodes():
@@ -101,6 +106,9 @@ def test_token_cap_clamps_prefill_chunks_but_never_decodes():
     assert chunks["free"][0] == 200
     assert chunks["capped"][:7] == [32] * 6 + [8]
     assert chunks["capped"][7:] == [1, 1]  # decodes run uncapped (1 token each)
+    # the policy is told every grant (the engine's pipeline holds its own copy)
+    told = [n for req_id, n in harness.scheduler.pipeline.token_cap.scheduled if req_id == "capped"]
+    assert told == chunks["capped"]
 
 
 def test_async_variant_schedules_like_the_sync_one():
