@@ -14,7 +14,12 @@ from policies.metadata import (
     RequestMetadata,
     parse_request_metadata,
 )
-from policies.protocols import AdmissionPolicy, RankingPolicy, TokenCapPolicy
+from policies.protocols import (
+    AdmissionPolicy,
+    LifecycleObserver,
+    RankingPolicy,
+    TokenCapPolicy,
+)
 from policies.ranking import FCFSOrder, QoSRanker
 from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 
@@ -26,6 +31,7 @@ __all__ = [
     "AdmissionPolicy",
     "FCFSOrder",
     "InvalidRequestMetadata",
+    "LifecycleObserver",
     "LoadSnapshot",
     "ManualClock",
     "QoSRanker",

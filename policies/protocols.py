@@ -45,3 +45,20 @@ class TokenCapPolicy(Protocol):
     def on_scheduled(self, request: RequestView, tokens: int, now: float) -> None:
         """The scheduler gave ``request`` ``tokens`` tokens in the step that started at ``now``."""
         ...
+
+
+@runtime_checkable
+class LifecycleObserver(Protocol):
+    """Told about each admitted request's life; any policy that keeps per-request state implements it."""
+
+    def on_admitted(self, request: RequestView, now: float) -> None:
+        """``request`` entered the engine's waiting queue."""
+        ...
+
+    def on_first_scheduled(self, request: RequestView, now: float) -> None:
+        """``request`` was scheduled for the first time (its queueing delay ended)."""
+        ...
+
+    def on_finished(self, request: RequestView, now: float) -> None:
+        """``request`` left the engine (completed, aborted or cancelled)."""
+        ...
