@@ -39,14 +39,14 @@ def with_tenant_priorities(trace: Trace) -> Trace:
         for r in trace.requests))
 
 
-def parse_overrides(items: list[str]) -> dict[str, float]:
-    """``KEY=VALUE`` pairs for cost-model coefficients."""
-    overrides = {}
+def parse_overrides(items: list[str]) -> dict[str, float | int]:
+    """``KEY=VALUE`` pairs for cost-model fields (integers stay integers, e.g. ``num_layers``)."""
+    overrides: dict[str, float | int] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--cost expects KEY=VALUE, got {item!r}")
-        overrides[key] = float(value)
+        overrides[key] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
     return overrides
 
 

@@ -35,7 +35,7 @@ def validation_error(body: bytes, headers: dict[str, str]) -> str | None:
     if not isinstance(payload, dict):
         return None
     priority: object = payload.get("priority", 0)
-    if "x-vllm-priority" in headers and "priority" not in payload:
+    if "x-vllm-priority" in headers:  # vLLM lets the header override the body
         try:
             priority = int(headers["x-vllm-priority"])
         except ValueError:

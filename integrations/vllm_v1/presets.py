@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import sys
 from pathlib import Path
 
 from integrations.vllm_v1.pipeline import Pipeline
@@ -33,15 +33,15 @@ def resolve_pipeline(spec: str) -> Pipeline:
                          "'package.module:attr' or 'path/to/file.py:attr'")
     location, attr = spec.rsplit(":", 1)
     if location.endswith(".py"):
-        path = Path(location)
+        path = Path(location).resolve()
         if not path.is_file():
             raise ValueError(f"pipeline file not found: {location}")
-        module_spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert module_spec is not None and module_spec.loader is not None
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(location)
+        # Import it as a real module from its folder, so policies defined in the file
+        # pickle by reference and the engine process (which inherits sys.path) finds them.
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))
+        location = path.stem
+    module = importlib.import_module(location)
     pipeline = getattr(module, attr, None)
     if not isinstance(pipeline, Pipeline):
         raise ValueError(f"{spec} is not a Pipeline (got {type(pipeline).__name__})")

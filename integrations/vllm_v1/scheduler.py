@@ -28,7 +28,13 @@ from vllm.v1.request import Request
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.queue import PolicyRequestQueue
 from integrations.vllm_v1.views import request_metadata, request_view
-from policies import AdmissionDecision, InvalidRequestMetadata, LoadSnapshot, RequestMetadata
+from policies import (
+    AdmissionDecision,
+    InvalidRequestMetadata,
+    LifecycleObserver,
+    LoadSnapshot,
+    RequestMetadata,
+)
 
 
 @attrs.frozen
@@ -59,6 +65,9 @@ class PolicySchedulerMixin:
         self._tracked: dict[str, _Tracked] = {}
         self._rejections: list[_Rejection] = []
         self._load: LoadSnapshot | None = None
+        self._now = 0.0
+        slots = (self.pipeline.ranking, self.pipeline.admission, self.pipeline.token_cap)
+        self._observers = [p for p in slots if isinstance(p, LifecycleObserver)]
         self.waiting = PolicyRequestQueue(self._rank_key)
         self.kv_holding_waiting = PolicyRequestQueue(self._rank_key)
 
@@ -98,6 +107,8 @@ class PolicySchedulerMixin:
                 return
         self._tracked[request.request_id] = _Tracked(metadata, self.pipeline.ranking.rank_key(view))
         super().add_request(request)
+        for observer in self._observers:
+            observer.on_admitted(view, self.clock())
 
     def _reject(self, request: Request, decision: AdmissionDecision) -> None:
         self._rejections.append(_Rejection(request, decision))
@@ -125,7 +136,7 @@ class PolicySchedulerMixin:
     # -- ordering and token caps ---------------------------------------------
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
-        now = self.clock()
+        now = self._now = self.clock()
         if self.pipeline.reorders_requests:
             self.running.sort(key=self._rank_key)
         self._load = self.load_snapshot(now) if self.pipeline.token_cap is not None else None
@@ -140,21 +151,29 @@ class PolicySchedulerMixin:
         if cap_policy is None or num_computed_tokens >= request.num_prompt_tokens:
             return num_new_tokens  # decodes are never capped
         assert self._load is not None
-        tracked = self._tracked[request.request_id]
-        cap = cap_policy.token_cap(request_view(request, tracked.metadata), self._load)
+        cap = cap_policy.token_cap(self._view(request), self._load)
         return num_new_tokens if cap is None else min(num_new_tokens, max(cap, 1))
+
+    def _view(self, request: Request) -> Any:
+        return request_view(request, self._tracked[request.request_id].metadata)
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         cap_policy = self.pipeline.token_cap
-        if cap_policy is not None and self._load is not None:
+        if cap_policy is not None:
             for req_id, tokens in scheduler_output.num_scheduled_tokens.items():
-                request = self.requests[req_id]
-                view = request_view(request, self._tracked[req_id].metadata)
-                cap_policy.on_scheduled(view, tokens, self._load.now)
+                cap_policy.on_scheduled(self._view(self.requests[req_id]), tokens, self._now)
+        for new in scheduler_output.scheduled_new_reqs if self._observers else ():
+            view = self._view(self.requests[new.req_id])
+            for observer in self._observers:
+                observer.on_first_scheduled(view, self._now)
         super()._update_after_schedule(scheduler_output)
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
-        self._tracked.pop(request.request_id, None)
+        tracked = self._tracked.pop(request.request_id, None)
+        if tracked is not None and self._observers:
+            view = request_view(request, tracked.metadata)
+            for observer in self._observers:
+                observer.on_finished(view, self.clock())
         return super()._free_request(request, delay_free_blocks)
 
 

@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> None:
         model = str(tiny_model_dir("dummy"))
         vllm_args = [*TINY_MODEL_ARGS, *vllm_args]
     os.environ.update(offline_env())
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     sys.argv = [API_SERVER_MODULE, *server_args(pipeline, model, host=args.host, port=args.port,
                                                 vllm_args=tuple(vllm_args))]
     runpy.run_module(API_SERVER_MODULE, run_name="__main__", alter_sys=True)

@@ -37,8 +37,14 @@ def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
 
 
 def offline_env() -> dict[str, str]:
-    """This process's environment with hub access switched off."""
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    """This process's environment for a child server: hub off, our ``sys.path``, sized CPU KV.
+
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB, CPU builds only) defaults to 1 unless already set,
+    since vLLM would otherwise reserve most of the machine's memory.
+    """
+    return {"VLLM_CPU_KVCACHE_SPACE": "1", **os.environ, "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
 @attrs.define(eq=False)

@@ -125,3 +125,37 @@ def test_async_variant_schedules_like_the_sync_one():
     sync = order(None)
     assert order(AsyncPolicyScheduler) == sync
     assert sorted(sync) == ["a", "b", "c", "d"]
+
+
+@attrs.define
+class RecordingRanker:
+    """FCFS ranking that also records every lifecycle event it is told about."""
+
+    events: list = attrs.field(factory=list)
+
+    def rank_key(self, request):
+        return 0.0
+
+    def effective_priority(self, request, now):
+        return request.arrival_s - now
+
+    def on_admitted(self, request, now):
+        self.events.append(("admitted", request.request_id))
+
+    def on_first_scheduled(self, request, now):
+        self.events.append(("started", request.request_id))
+
+    def on_finished(self, request, now):
+        self.events.append(("finished", request.request_id))
+
+
+def test_lifecycle_observers_see_admission_start_and_finish_once():
+    shape = EngineShape(num_blocks=12, block_size=16, max_num_batched_tokens=512, max_num_seqs=8)
+    harness = SchedulerHarness.build(Pipeline(ranking=RecordingRanker()), shape=shape)
+    for name in ("a", "b", "c"):
+        harness.add_request(name, range(40), 60)  # forces a preemption and a resume
+    drain(harness)
+    events = harness.scheduler.pipeline.ranking.events
+    for name in ("a", "b", "c"):
+        mine = [kind for kind, req_id in events if req_id == name]
+        assert mine == ["admitted", "started", "finished"]

@@ -90,6 +90,7 @@ def test_priority_header_reaches_the_scheduler(server):
         ({"vllm_xargs": {"slo_class": ""}}, None, "vllm_xargs.slo_class must be a string"),
         ({}, {"X-Vllm-Priority": "99"}, "priority must be between -20 and 20"),
         ({}, {"X-Vllm-Priority": "soon"}, "X-Vllm-Priority must be an integer"),
+        ({"priority": 0}, {"X-Vllm-Priority": "99"}, "priority must be between -20 and 20"),
     ],
 )
 def test_malformed_metadata_gets_400_with_a_readable_message(server, fields, headers, message):

@@ -1,0 +1,43 @@
+"""Resolving pipelines by name, module path and file path."""
+
+import pickle
+
+import pytest
+
+from integrations.vllm_v1 import PRESETS, Pipeline, resolve_pipeline
+
+
+def test_presets_resolve_by_name():
+    assert resolve_pipeline("identity") == Pipeline()
+    assert resolve_pipeline("default") is PRESETS["default"]
+
+
+def test_a_file_pipeline_with_its_own_policy_class_pickles_for_the_engine(tmp_path):
+    (tmp_path / "my_policies_file.py").write_text(
+        "import attrs\n"
+        "from integrations.vllm_v1 import Pipeline\n"
+        "@attrs.frozen\n"
+        "class ShortestFirst:\n"
+        "    def rank_key(self, request):\n"
+        "        return float(request.prompt_tokens)\n"
+        "    def effective_priority(self, request, now):\n"
+        "        return float(request.prompt_tokens)\n"
+        "PIPE = Pipeline(ranking=ShortestFirst())\n")
+    pipeline = resolve_pipeline(f"{tmp_path / 'my_policies_file.py'}:PIPE")
+    assert pickle.loads(pickle.dumps(pipeline)) == pipeline
+    assert Pipeline.from_additional_config(pipeline.to_additional_config()) == pipeline
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("nope", "unknown pipeline 'nope'"),
+    ("missing_file.py:X", "pipeline file not found"),
+    ("integrations.vllm_v1.presets:PRESETS", "is not a Pipeline"),
+])
+def test_bad_specs_are_clear_errors(spec, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_pipeline(spec)
+
+
+def test_pipeline_slots_are_type_checked():
+    with pytest.raises(TypeError, match="Pipeline.ranking must implement RankingPolicy"):
+        Pipeline(ranking=object())
