@@ -3,7 +3,7 @@
 Both schedulers hold the same state (R running requests decoding, W waiting),
 advance in lockstep with the same fake model outputs, and their ``schedule()``
 calls are timed interleaved in one process (alternating which goes first), so
-machine noise hits both alike. Writes ``OUT/summary.json``::
+machine noise hits both alike. Writes ``OUT/summary.json``:
 
     {"results": [{"pipeline", "running", "waiting", "ratio_median", "ratio_p99",
                   "stock_median_us", "pipeline_median_us", ...}]}

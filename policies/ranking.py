@@ -45,7 +45,7 @@ def _finite_non_negative(_instance: object, attribute: attrs.Attribute, value: t
 class QoSRanker:
     """Business priority + prompt-length class + wait-time aging, short first.
 
-    A request's effective priority, in seconds (lower is served first), is::
+    A request's effective priority, in seconds (lower is served first), is:
 
         priority * priority_step_s + length_penalty_s(prompt_tokens) - waited_s
 

@@ -1,6 +1,6 @@
 """``python -m benchmarks.replay``: compare stock vLLM and pipelines on a real trace.
 
-Example::
+Example:
 
     python -m benchmarks.replay --trace azure-conv --tenants servegen --rate-scale 4 \\
         --max-requests 2000 --systems fcfs,priority,pipeline:qos --out out/replay

@@ -1,7 +1,7 @@
 """How long one engine step takes, as a function of its batch (``COST_MODEL.md``).
 
 The model is Llama-3-8B bf16 on one GPU, grounded in Vidur's published kernel
-profiles and the roofline::
+profiles and the roofline:
 
     step   = t0 + T_lin + T_head + T_dec + T_pre
     T_lin  = (Tw^1.5 + (N·τ)^1.5)^(2/3)       smooth max of weight reads and matmuls

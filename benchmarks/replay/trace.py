@@ -2,7 +2,7 @@
 
 A trace file is UTF-8 JSON Lines, gzip-compressed when its name ends in ``.gz``.
 Each line is one JSON object; blank lines are skipped. The first line may be a
-header, recognised by having no ``arrival_s`` key::
+header, recognised by having no ``arrival_s`` key:
 
     {"name": "mooncake-conv", "block_size": 512}
     {"arrival_s": 0.0, "prompt_tokens": 6758, "output_tokens": 500, "block_hashes": [0, 1]}

@@ -2,7 +2,7 @@
 
 The log is enough to replay the engine's exact inputs through the scheduler
 harness (fidelity checks) and to fit the replay's step-cost model to measured
-step times (calibration). One line per event::
+step times (calibration). One line per event:
 
     {"event": "config", "num_blocks", "block_size", "max_num_seqs", ...}
     {"event": "add", "step", "request_id", "prompt_token_ids", "max_tokens", "priority"}
