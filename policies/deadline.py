@@ -1,7 +1,7 @@
 """Deadline scheduling: earliest deadline first by slack, with expiry and lateness.
 
 A request's *slack* at ``now`` is the time it could still wait and finish by
-its deadline::
+its deadline:
 
     slack(now) = deadline_s - now - estimated_remaining_s(request)
 

@@ -1,7 +1,7 @@
 """KV-cache watermarks: admission, per-request block quotas and reclaim by KV usage.
 
 KV usage (the fraction of KV-cache blocks in use, ``LoadSnapshot.kv_usage``) is
-split into three levels::
+split into three levels:
 
     GREEN   usage <  yellow_usage             admit everything
     YELLOW  yellow_usage <= usage < red_usage reject low-priority new work

@@ -17,7 +17,8 @@ import attrs
 from integrations.vllm_v1.pipeline import Pipeline
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-MIDDLEWARE = "integrations.vllm_v1.http.SchedulingMetadataValidator"
+MIDDLEWARE = ("integrations.vllm_v1.http.SchedulingMetadataValidator",
+              "integrations.vllm_v1.http_status.RejectionStatusMiddleware")
 
 
 def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
@@ -31,7 +32,7 @@ def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
         "--model", model, "--host", host, "--port", str(port),
         "--scheduler-cls", kwargs["scheduler_cls"],
         "--additional-config", json.dumps(kwargs["additional_config"]),
-        "--middleware", MIDDLEWARE,
+        *(arg for path in MIDDLEWARE for arg in ("--middleware", path)),
         *vllm_args,
     ]
 

@@ -7,10 +7,13 @@ from policies import AdmissionDecision
 
 @attrs.frozen
 class EchoProbeAdmission:
-    """Rejects requests of class ``echo``, echoing the metadata the scheduler saw."""
+    """Rejects requests of class ``echo`` (overload) and ``quota`` (client quota), echoing the
+    metadata the scheduler saw in the reason."""
 
     def admit(self, request, load):
-        if request.slo_class != "echo":
-            return AdmissionDecision.accept()
-        return AdmissionDecision.reject(
-            f"echo tenant={request.tenant} priority={request.priority}", 0.0)
+        seen = f"echo tenant={request.tenant} priority={request.priority}"
+        if request.slo_class == "echo":
+            return AdmissionDecision.reject(seen, 2.5)
+        if request.slo_class == "quota":
+            return AdmissionDecision.reject(f"rate_limited {seen}", 7.0)
+        return AdmissionDecision.accept()

@@ -33,21 +33,23 @@ def server(random_model_dir, tmp_path_factory):
         yield handle
 
 
-def post(server, path, body, headers=None):
-    """(status, parsed JSON or raw text) of a POST."""
+def post(server, path, body, headers=None, with_headers=False):
+    """(status, parsed JSON or raw text[, response headers]) of a POST."""
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     request = urllib.request.Request(server.url + path, data=data, method="POST",
                                      headers={"content-type": "application/json",
                                               **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
-            status, text = response.status, response.read().decode()
+            status, text, reply_headers = response.status, response.read().decode(), \
+                response.headers
     except urllib.error.HTTPError as error:
-        status, text = error.code, error.read().decode()
+        status, text, reply_headers = error.code, error.read().decode(), error.headers
     try:
-        return status, json.loads(text)
+        parsed = json.loads(text)
     except ValueError:
-        return status, text
+        parsed = text
+    return (status, parsed, reply_headers) if with_headers else (status, parsed)
 
 
 def completion(server, **fields):
@@ -60,23 +62,25 @@ def server_model(server):
         return json.load(response)["data"][0]["id"]
 
 
-def test_priority_and_tenant_reach_the_scheduler(server):
-    status, body = completion(server, priority=3,
-                              vllm_xargs={"tenant": "acme", "slo_class": "echo"})
-    assert status == 200, body
-    choice = body["choices"][0]
-    assert choice["finish_reason"] == "abort"
-    assert "echo tenant=acme priority=3" in choice["stop_reason"]
+def test_priority_and_tenant_reach_the_scheduler_and_overload_is_503(server):
+    status, body, headers = post(
+        server, "/v1/completions",
+        {"model": server_model(server), "prompt": "Hello", "max_tokens": 4, "priority": 3,
+         "vllm_xargs": {"tenant": "acme", "slo_class": "echo"}}, with_headers=True)
+    assert status == 503, body
+    assert headers["Retry-After"] == "3"  # 2.5 s, rounded up
+    assert "echo tenant=acme priority=3" in body["error"]["message"]
 
 
-def test_priority_header_reaches_the_scheduler(server):
-    status, body = post(
+def test_priority_header_reaches_the_scheduler_and_quota_is_429(server):
+    status, body, headers = post(
         server, "/v1/completions",
         {"model": server_model(server), "prompt": "Hi", "max_tokens": 2,
-         "vllm_xargs": {"slo_class": "echo"}},
-        headers={"X-Vllm-Priority": "-2"})
-    assert status == 200, body
-    assert "tenant=default priority=-2" in body["choices"][0]["stop_reason"]
+         "vllm_xargs": {"slo_class": "quota"}},
+        headers={"X-Vllm-Priority": "-2"}, with_headers=True)
+    assert status == 429, body
+    assert headers["Retry-After"] == "7"
+    assert "tenant=default priority=-2" in body["error"]["message"]
 
 
 @pytest.mark.parametrize(
@@ -90,6 +94,7 @@ def test_priority_header_reaches_the_scheduler(server):
         ({"vllm_xargs": {"slo_class": ""}}, None, "vllm_xargs.slo_class must be a string"),
         ({}, {"X-Vllm-Priority": "99"}, "priority must be between -20 and 20"),
         ({}, {"X-Vllm-Priority": "soon"}, "X-Vllm-Priority must be an integer"),
+        ({"priority": 0}, {"X-Vllm-Priority": "99"}, "priority must be between -20 and 20"),
         ({"priority": 0}, {"X-Vllm-Priority": "99"}, "priority must be between -20 and 20"),
     ],
 )
