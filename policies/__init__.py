@@ -5,9 +5,16 @@ Policies see frozen views (`RequestView`, `LoadSnapshot`), take the step's
 inside a real vLLM V1 engine.
 """
 
-from policies.admission import AdmissionDecision, QueueDepthLimit
+from policies.admission import (
+    AdmissionController,
+    AdmissionDecision,
+    AdmissionStats,
+    QueueDepthLimit,
+)
 from policies.clock import ManualClock
+from policies.deadline import EDFRanker
 from policies.errors import InvalidRequestMetadata
+from policies.fairness import WFQ, WFQStats
 from policies.metadata import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -22,12 +29,17 @@ from policies.protocols import (
 )
 from policies.ranking import FCFSOrder, QoSRanker
 from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
+from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [
     "DEFAULT_TENANT",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
+    "AdmissionController",
     "AdmissionDecision",
+    "AdmissionStats",
+    "EDFRanker",
+    "KVWatermarks",
     "AdmissionPolicy",
     "FCFSOrder",
     "InvalidRequestMetadata",
@@ -40,5 +52,8 @@ __all__ = [
     "RequestMetadata",
     "RequestView",
     "TokenCapPolicy",
+    "WFQ",
+    "WFQStats",
+    "WatermarkLevel",
     "parse_request_metadata",
 ]

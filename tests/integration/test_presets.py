@@ -41,3 +41,9 @@ def test_bad_specs_are_clear_errors(spec, message):
 def test_pipeline_slots_are_type_checked():
     with pytest.raises(TypeError, match="Pipeline.ranking must implement RankingPolicy"):
         Pipeline(ranking=object())
+
+
+def test_the_example_pipeline_resolves_and_travels_to_the_engine():
+    pipeline = resolve_pipeline("examples/my_pipeline.py:PIPELINE")
+    restored = Pipeline.from_additional_config(pipeline.to_additional_config())
+    assert restored.admission.max_waiting == 512
