@@ -15,6 +15,7 @@ from policies.clock import ManualClock
 from policies.deadline import EDFRanker
 from policies.errors import InvalidRequestMetadata
 from policies.fairness import WFQ, WFQStats
+from policies.levels import MLFQ, MLFQStats
 from policies.metadata import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -23,11 +24,15 @@ from policies.metadata import (
 )
 from policies.protocols import (
     AdmissionPolicy,
+    DeadlinePolicy,
+    FairnessPolicy,
+    LevelPolicy,
     LifecycleObserver,
     RankingPolicy,
     TokenCapPolicy,
 )
 from policies.ranking import FCFSOrder, QoSRanker
+from policies.rate import TokenBucket, TokenBucketStats
 from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
@@ -38,6 +43,11 @@ __all__ = [
     "AdmissionController",
     "AdmissionDecision",
     "AdmissionStats",
+    "DeadlinePolicy",
+    "FairnessPolicy",
+    "LevelPolicy",
+    "MLFQ",
+    "MLFQStats",
     "EDFRanker",
     "KVWatermarks",
     "AdmissionPolicy",
@@ -51,6 +61,8 @@ __all__ = [
     "RankingPolicy",
     "RequestMetadata",
     "RequestView",
+    "TokenBucket",
+    "TokenBucketStats",
     "TokenCapPolicy",
     "WFQ",
     "WFQStats",

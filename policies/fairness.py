@@ -45,14 +45,34 @@ per-tenant token bucket and admission layers, which can answer 429.
 from __future__ import annotations
 
 import math
-import types
 from collections.abc import Iterable, Mapping
 
 import attrs
 
 
+class _FrozenMapping(Mapping):
+    """A read-only copy of a mapping that, unlike ``MappingProxyType``, pickles."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping) -> None:
+        self._data = dict(data)
+
+    def __getitem__(self, key: object) -> object:
+        return self._data[key]
+
+    def __iter__(self):
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return repr(self._data)
+
+
 def _frozen_mapping(value: Mapping) -> Mapping:
-    return types.MappingProxyType(dict(value))
+    return _FrozenMapping(value)
 
 
 def _positive_weights(_instance: object, attribute: attrs.Attribute, value: Mapping) -> None:

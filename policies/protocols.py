@@ -6,6 +6,7 @@ and return plain values or frozen decisions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from policies.admission import AdmissionDecision
@@ -61,4 +62,59 @@ class LifecycleObserver(Protocol):
 
     def on_finished(self, request: RequestView, now: float) -> None:
         """``request`` left the engine (completed, aborted or cancelled)."""
+        ...
+
+
+@runtime_checkable
+class LevelPolicy(Protocol):
+    """Puts requests into priority levels that move with service (e.g. MLFQ); 0 is most urgent."""
+
+    def level(self, request: RequestView) -> int:
+        """The request's current level."""
+        ...
+
+    def on_scheduled(self, request: RequestView, tokens: int, now: float) -> None:
+        """``request`` received ``tokens`` tokens of service."""
+        ...
+
+    def on_preempted(self, request: RequestView) -> None:
+        """``request`` lost its KV cache to a preemption."""
+        ...
+
+
+@runtime_checkable
+class FairnessPolicy(Protocol):
+    """Chooses which backlogged tenant's queue to serve next (e.g. WFQ)."""
+
+    def select(self, backlogged: Iterable[str] | None = None) -> str:
+        """The tenant to serve next among ``backlogged`` (all backlogged tenants if None)."""
+        ...
+
+    def on_backlogged(self, tenant: str) -> None:
+        """``tenant`` now has requests waiting."""
+        ...
+
+    def on_idle(self, tenant: str) -> None:
+        """``tenant`` has no request waiting any more."""
+        ...
+
+    def charge(self, tenant: str, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        """Account service given to ``tenant``."""
+        ...
+
+    def counter(self, tenant: str) -> float:
+        """``tenant``'s weighted service so far (lower is served first)."""
+        ...
+
+
+@runtime_checkable
+class DeadlinePolicy(Protocol):
+    """A ranking that knows deadlines: expired waiting requests are dropped, late ones demoted."""
+
+    def is_expired(self, request: RequestView, now: float) -> bool:
+        """A waiting request that can no longer meet its deadline."""
+        ...
+
+    def is_late(self, request: RequestView, now: float) -> bool:
+        """A running request already past the point where it can meet its deadline."""
         ...

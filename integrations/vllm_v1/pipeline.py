@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from policies import AdmissionPolicy, FCFSOrder, RankingPolicy, TokenCapPolicy
+from policies import (
+    AdmissionPolicy,
+    FairnessPolicy,
+    FCFSOrder,
+    LevelPolicy,
+    RankingPolicy,
+    TokenCapPolicy,
+)
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -42,26 +49,50 @@ def _implements(protocol: type, optional: bool = False):
 
 @attrs.frozen(kw_only=True)
 class Pipeline:
-    """The serving policies of one engine; every slot is optional.
+    """The serving policies of one engine, in the four-layer order; every slot is optional.
 
-    ``Pipeline()`` is the identity: it schedules exactly like stock vLLM ``fcfs``.
+    Waiting requests are ordered tenant first (``fairness`` picks whose queue is
+    served), then by ``levels`` (MLFQ level), then by ``ranking``; ``rate`` caps
+    prefill tokens per step; ``admission`` and then ``watermarks`` may reject a
+    request on arrival. ``Pipeline()`` is the identity: it schedules exactly like
+    stock vLLM ``fcfs``.
     """
 
+    fairness: FairnessPolicy | None = attrs.field(
+        default=None, validator=_implements(FairnessPolicy, optional=True)
+    )
+    """Which tenant's queue is served next (e.g. `WFQ`)."""
     ranking: RankingPolicy = attrs.field(factory=FCFSOrder, validator=_implements(RankingPolicy))
-    """Order of the waiting queue and of running requests (victims come from the tail)."""
+    """Order within a level (e.g. `QoSRanker`, `EDFRanker`); running victims come from the tail."""
+    levels: LevelPolicy | None = attrs.field(
+        default=None, validator=_implements(LevelPolicy, optional=True)
+    )
+    """Priority levels that move with service (e.g. `MLFQ`)."""
+    rate: TokenCapPolicy | None = attrs.field(
+        default=None, validator=_implements(TokenCapPolicy, optional=True)
+    )
+    """Caps the prefill tokens a request may be scheduled per step (e.g. `TokenBucket`)."""
     admission: AdmissionPolicy | None = attrs.field(
         default=None, validator=_implements(AdmissionPolicy, optional=True)
     )
-    """Accepts or rejects each request on arrival."""
-    token_cap: TokenCapPolicy | None = attrs.field(
-        default=None, validator=_implements(TokenCapPolicy, optional=True)
+    """Accepts or rejects each request on arrival (e.g. `AdmissionController`)."""
+    watermarks: AdmissionPolicy | None = attrs.field(
+        default=None, validator=_implements(AdmissionPolicy, optional=True)
     )
-    """Caps the prefill tokens a request may be scheduled per step."""
+    """A second admission gate on KV-cache usage (e.g. `KVWatermarks`)."""
+
+    @property
+    def policies(self) -> tuple[object, ...]:
+        """Every policy in the pipeline, in layer order."""
+        slots = (self.fairness, self.ranking, self.levels, self.rate, self.admission,
+                 self.watermarks)
+        return tuple(p for p in slots if p is not None)
 
     @property
     def reorders_requests(self) -> bool:
-        """Whether the ranking can reorder anything (FCFS cannot)."""
-        return not isinstance(self.ranking, FCFSOrder)
+        """Whether anything can reorder requests (FCFS ranking alone cannot)."""
+        return (not isinstance(self.ranking, FCFSOrder) or self.levels is not None
+                or self.fairness is not None)
 
     def to_additional_config(self) -> dict[str, Any]:
         """The ``additional_config`` entry that carries this pipeline to the engine."""

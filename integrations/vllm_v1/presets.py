@@ -3,21 +3,62 @@
 from __future__ import annotations
 
 import importlib
+import random
 import sys
 from pathlib import Path
 
 from integrations.vllm_v1.pipeline import Pipeline
-from policies import QoSRanker
+from policies import (
+    MLFQ,
+    WFQ,
+    AdmissionController,
+    EDFRanker,
+    KVWatermarks,
+    QoSRanker,
+    TokenBucket,
+)
 
-_QOS = Pipeline(ranking=QoSRanker())
+TENANT_WEIGHTS = {
+    # `--tenants servegen` tiers (benchmarks.replay): Gold t0-t1, Silver t2-t4, Bronze t5-t6
+    "t0": 4.0, "t1": 4.0, "t2": 2.0, "t3": 2.0, "t4": 2.0, "t5": 1.0, "t6": 1.0,
+    # the `enterprise` workload's tenants
+    "acme-bank": 4.0, "globex-health": 4.0, "initech": 2.0, "umbrella": 2.0, "hooli": 2.0,
+    "piedpiper": 1.0, "vandelay": 1.0,
+}
+"""Gold 4, Silver 2, Bronze 1 for the tenants of the built-in workloads; others weigh 1."""
+
+
+def default_pipeline() -> Pipeline:
+    """The four-layer composition: tenant WFQ -> QoS ranking -> MLFQ -> token bucket,
+    with admission control and KV watermarks around them."""
+    return Pipeline(
+        fairness=WFQ(weights=TENANT_WEIGHTS),
+        ranking=QoSRanker(),
+        levels=MLFQ(),
+        rate=TokenBucket(capacity_tokens=2048, min_refill_per_s=2048.0,
+                         max_refill_per_s=16384.0, unlimited_priority_at_most=0),
+        admission=AdmissionController(max_waiting=2048, red_min_waiting=1024,
+                                      red_max_waiting=2048, rng=random.Random(0)),
+        watermarks=KVWatermarks(),
+    )
+
 
 PRESETS: dict[str, Pipeline] = {
     "identity": Pipeline(),
-    "qos": _QOS,
-    "default": _QOS,
+    "qos": Pipeline(ranking=QoSRanker()),
+    "default": default_pipeline(),
+    "wfq": Pipeline(fairness=WFQ(weights=TENANT_WEIGHTS)),
+    "mlfq": Pipeline(levels=MLFQ()),
+    "edf": Pipeline(ranking=EDFRanker()),
+    "rate": Pipeline(rate=TokenBucket(capacity_tokens=2048, min_refill_per_s=2048.0,
+                                      max_refill_per_s=16384.0, unlimited_priority_at_most=0)),
+    "admission": Pipeline(admission=AdmissionController(
+        max_waiting=2048, red_min_waiting=1024, red_max_waiting=2048, rng=random.Random(0))),
+    "watermarks": Pipeline(watermarks=KVWatermarks()),
 }
-"""Built-in pipelines by name: ``identity`` (schedules like stock ``fcfs``), ``qos`` (QoS
-ranking) and ``default`` (the recommended composition; today the same as ``qos``)."""
+"""Built-in pipelines by name. ``identity`` schedules like stock ``fcfs``; ``default`` is the
+full composition; the others are one policy alone, for ablations. Each engine unpickles its
+own copy, so stateful policies are never shared between engines."""
 
 
 def resolve_pipeline(spec: str) -> Pipeline:

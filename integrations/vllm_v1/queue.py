@@ -1,9 +1,12 @@
-"""A vLLM waiting queue ordered by a policy's rank key.
+"""A vLLM waiting queue ordered by the pipeline: tenant fairness, then level and rank key.
 
-Entries are ``(rank_key, seq, request)``: a lower key is served first and ties
-break on a sequence number, never on ``id()``. Added requests take increasing
+Entries are ``(key, seq, request)``: a lower key is served first and ties break
+on a sequence number, never on ``id()``. Added requests take increasing
 sequence numbers, re-queued (prepended) ones decreasing negative numbers, so
-with a constant key the queue behaves exactly like vLLM's FCFS deque.
+with a constant key and no fairness policy the queue behaves exactly like vLLM's
+FCFS deque. With a fairness policy each tenant has its own heap and the policy
+picks which tenant's head comes next; it is told when a tenant's heap becomes
+non-empty (backlogged) and empty (idle).
 """
 
 from __future__ import annotations
@@ -11,27 +14,60 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
 
+from policies import FairnessPolicy
+
+_Entry = tuple[Any, int, Request]
+
 
 class PolicyRequestQueue(RequestQueue):
-    """Heap of waiting requests by ``(rank_key(request), seq)``; O(log n) add and pop."""
+    """Per-tenant heaps by ``(key(request), seq)``; O(log n) add/pop plus O(tenants) selection."""
 
-    def __init__(self, rank_key: Callable[[Request], float]) -> None:
-        self._rank_key = rank_key
-        self._heap: list[tuple[float, int, Request]] = []
+    def __init__(self, key: Callable[[Request], Any],
+                 tenant_of: Callable[[Request], str] | None = None,
+                 fairness: FairnessPolicy | None = None) -> None:
+        if fairness is not None and tenant_of is None:
+            raise ValueError("a fairness policy needs tenant_of")
+        self._key = key
+        self._tenant_of = tenant_of if fairness is not None else None
+        self._fairness = fairness
+        self._heaps: dict[str, list[_Entry]] = {}
+        self._size = 0
         self._appended = itertools.count(1)
         self._prepended = itertools.count(-1, -1)
 
+    def _push(self, request: Request, seq: int) -> None:
+        tenant = self._tenant_of(request) if self._tenant_of else ""
+        heap = self._heaps.setdefault(tenant, [])
+        if not heap and self._fairness is not None:
+            self._fairness.on_backlogged(tenant)
+        heapq.heappush(heap, (self._key(request), seq, request))
+        self._size += 1
+
+    def _front(self) -> tuple[str, list[_Entry]]:
+        if not self._size:
+            raise IndexError("the queue is empty")
+        if self._fairness is None:
+            return "", self._heaps[""]
+        tenant = self._fairness.select([t for t, heap in self._heaps.items() if heap])
+        return tenant, self._heaps[tenant]
+
+    def _emptied(self, tenant: str) -> None:
+        del self._heaps[tenant]
+        if self._fairness is not None:
+            self._fairness.on_idle(tenant)
+
     def add_request(self, request: Request) -> None:
-        """Queue behind every equal-key request already queued."""
-        heapq.heappush(self._heap, (self._rank_key(request), next(self._appended), request))
+        """Queue behind every equal-key request of its tenant already queued."""
+        self._push(request, next(self._appended))
 
     def prepend_request(self, request: Request) -> None:
-        """Queue ahead of every equal-key request already queued."""
-        heapq.heappush(self._heap, (self._rank_key(request), next(self._prepended), request))
+        """Queue ahead of every equal-key request of its tenant already queued."""
+        self._push(request, next(self._prepended))
 
     def prepend_requests(self, requests: Iterable[Request]) -> None:
         """Prepend one by one, so the last one given ends up first (as ``deque.extendleft``)."""
@@ -39,41 +75,58 @@ class PolicyRequestQueue(RequestQueue):
             self.prepend_request(request)
 
     def pop_request(self) -> Request:
-        """Remove and return the most urgent request."""
-        if not self._heap:
-            raise IndexError("pop from an empty queue")
-        return heapq.heappop(self._heap)[2]
+        """Remove and return the head of the tenant the fairness policy picks."""
+        tenant, heap = self._front()
+        request = heapq.heappop(heap)[2]
+        self._size -= 1
+        if not heap:
+            self._emptied(tenant)
+        return request
 
     def peek_request(self) -> Request:
-        """The most urgent request, left in place."""
-        if not self._heap:
-            raise IndexError("peek from an empty queue")
-        return self._heap[0][2]
+        """The request `pop_request` would return, left in place."""
+        return self._front()[1][0][2]
+
+    def heads(self) -> list[Request]:
+        """The most urgent request of every tenant (one request without a fairness policy)."""
+        return [heap[0][2] for heap in self._heaps.values() if heap]
 
     def remove_request(self, request: Request) -> None:
         """Remove one queued request; ``ValueError`` if it is not queued."""
-        for index, entry in enumerate(self._heap):
-            if entry[2] is request:
-                last = self._heap.pop()
-                if index < len(self._heap):
-                    self._heap[index] = last
-                    heapq.heapify(self._heap)
-                return
+        for tenant, heap in self._heaps.items():
+            for index, entry in enumerate(heap):
+                if entry[2] is request:
+                    heap[index] = heap[-1]
+                    heap.pop()
+                    heapq.heapify(heap)
+                    self._size -= 1
+                    if not heap:
+                        self._emptied(tenant)
+                    return
         raise ValueError(f"request {request.request_id} is not in the queue")
 
     def remove_requests(self, requests: Iterable[Request]) -> None:
         """Remove every given request that is queued; others are ignored."""
         doomed = {request.request_id for request in requests}
-        if doomed:
-            self._heap = [entry for entry in self._heap if entry[2].request_id not in doomed]
-            heapq.heapify(self._heap)
+        if not doomed:
+            return
+        for tenant in list(self._heaps):
+            heap = self._heaps[tenant]
+            kept = [entry for entry in heap if entry[2].request_id not in doomed]
+            if len(kept) != len(heap):
+                self._size -= len(heap) - len(kept)
+                heapq.heapify(kept)
+                self._heaps[tenant] = kept
+                if not kept:
+                    self._emptied(tenant)
 
     def __bool__(self) -> bool:
-        return bool(self._heap)
+        return self._size > 0
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return self._size
 
     def __iter__(self) -> Iterator[Request]:
-        """Requests in service order (most urgent first)."""
-        return (entry[2] for entry in sorted(self._heap, key=lambda e: (e[0], e[1])))
+        """Requests by (key, seq) across tenants (the fairness interleaving is not simulated)."""
+        entries = (entry for heap in self._heaps.values() for entry in heap)
+        return (entry[2] for entry in sorted(entries, key=lambda e: (e[0], e[1])))

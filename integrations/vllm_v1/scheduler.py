@@ -2,13 +2,19 @@
 
 Seams (see DESIGN.md), all on our own instance, none patching vLLM:
 
-* waiting order: ``self.waiting`` / ``self.kv_holding_waiting`` are
-  `PolicyRequestQueue`s keyed by the pipeline's ranking;
-* service order and preemption victim: ``self.running`` is sorted by the same
-  key before each step (vLLM serves front to back, preempts from the tail);
-* admission: ``add_request`` asks the admission policy; a rejection finishes the
-  request with ``finish_reason="abort"`` and a ``stop_reason`` naming the reason;
-* per-request token cap: ``_reserve_prefill_lookahead`` clamps prefill chunks.
+* waiting order: ``self.waiting`` is a `PolicyRequestQueue` keyed by
+  ``(level, rank_key)`` with one heap per tenant when a fairness policy picks
+  tenants; ``self.kv_holding_waiting`` the same without fairness;
+* service order and preemption victim: ``self.running`` is sorted before each
+  step by (late?, tenant counter, level, rank key): vLLM serves front to back and
+  preempts from the tail;
+* admission: ``add_request`` asks the admission and watermark policies; a
+  rejection (or a deadline that expires while waiting) finishes the request with
+  ``finish_reason="abort"`` and ``stop_reason="rejected:<reason>;retry_after_s=<s>"``;
+* per-request token cap: ``_reserve_prefill_lookahead`` clamps prefill chunks
+  (a cap of 0 skips a running request this step);
+* accounting: ``_update_after_schedule`` tells the rate, level and fairness
+  policies what each request received; ``_preempt_request`` tells the levels.
 
 The clock is read once per step; every policy sees that same ``now``.
 """
@@ -23,17 +29,19 @@ import attrs
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.queue import PolicyRequestQueue
 from integrations.vllm_v1.views import request_metadata, request_view
 from policies import (
     AdmissionDecision,
+    DeadlinePolicy,
     InvalidRequestMetadata,
     LifecycleObserver,
     LoadSnapshot,
     RequestMetadata,
+    RequestView,
 )
 
 
@@ -50,7 +58,7 @@ class _Rejection:
 
 
 def rejection_stop_reason(decision: AdmissionDecision) -> str:
-    """The ``stop_reason`` a rejected request finishes with, e.g. ``rejected:queue_full;retry_after_s=1``."""
+    """The ``stop_reason`` of a rejected request, e.g. ``rejected:queue_full;retry_after_s=1``."""
     return f"rejected:{decision.reason};retry_after_s={decision.retry_after_s:g}"
 
 
@@ -59,22 +67,42 @@ class PolicySchedulerMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pipeline = Pipeline.from_additional_config(self.vllm_config.additional_config)
+        self.pipeline = pipeline = Pipeline.from_additional_config(
+            self.vllm_config.additional_config)
         self.clock: Callable[[], float] = time.time
         """Same clock as ``Request.arrival_time``; the replay swaps in a virtual one."""
         self._tracked: dict[str, _Tracked] = {}
         self._rejections: list[_Rejection] = []
         self._load: LoadSnapshot | None = None
         self._now = 0.0
-        slots = (self.pipeline.ranking, self.pipeline.admission, self.pipeline.token_cap)
-        self._observers = [p for p in slots if isinstance(p, LifecycleObserver)]
-        self.waiting = PolicyRequestQueue(self._rank_key)
-        self.kv_holding_waiting = PolicyRequestQueue(self._rank_key)
+        self._observers = [p for p in pipeline.policies if isinstance(p, LifecycleObserver)]
+        self._deadlines = pipeline.ranking if isinstance(pipeline.ranking, DeadlinePolicy) else None
+        self.waiting = PolicyRequestQueue(self._queue_key, self._tenant_of, pipeline.fairness)
+        self.kv_holding_waiting = PolicyRequestQueue(self._queue_key)
 
-    # -- views and load -----------------------------------------------------
+    # -- views, keys and load -------------------------------------------------
 
-    def _rank_key(self, request: Request) -> float:
-        return self._tracked[request.request_id].rank_key
+    def _view(self, request: Request) -> RequestView:
+        return request_view(request, self._tracked[request.request_id].metadata)
+
+    def _tenant_of(self, request: Request) -> str:
+        return self._tracked[request.request_id].metadata.tenant
+
+    def _queue_key(self, request: Request) -> tuple[int, float]:
+        levels = self.pipeline.levels
+        level = levels.level(self._view(request)) if levels is not None else 0
+        return level, self._tracked[request.request_id].rank_key
+
+    def _running_key(self, request: Request) -> tuple:
+        tracked = self._tracked[request.request_id]
+        pipeline = self.pipeline
+        view = self._view(request) if pipeline.levels or self._deadlines else None
+        return (
+            self._deadlines.is_late(view, self._now) if self._deadlines else False,
+            pipeline.fairness.counter(tracked.metadata.tenant) if pipeline.fairness else 0.0,
+            pipeline.levels.level(view) if pipeline.levels else 0,
+            tracked.rank_key,
+        )
 
     def load_snapshot(self, now: float) -> LoadSnapshot:
         """The engine's load as policies see it."""
@@ -99,19 +127,34 @@ class PolicySchedulerMixin:
             self._reject(request, AdmissionDecision.reject(f"invalid_metadata: {error}", 0.0))
             return
         view = request_view(request, metadata)
-        admission = self.pipeline.admission
-        if admission is not None:
-            decision = admission.admit(view, self.load_snapshot(self.clock()))
+        now = self.clock()
+        gates = [g for g in (self.pipeline.admission, self.pipeline.watermarks) if g is not None]
+        load = self.load_snapshot(now) if gates else None
+        for gate in gates:
+            decision = gate.admit(view, load)
             if not decision.admitted:
                 self._reject(request, decision)
                 return
         self._tracked[request.request_id] = _Tracked(metadata, self.pipeline.ranking.rank_key(view))
         super().add_request(request)
         for observer in self._observers:
-            observer.on_admitted(view, self.clock())
+            observer.on_admitted(view, now)
 
     def _reject(self, request: Request, decision: AdmissionDecision) -> None:
         self._rejections.append(_Rejection(request, decision))
+
+    def _expire_waiting(self) -> None:
+        """Drop waiting requests at the head of their queue whose deadline can no longer be met."""
+        expired = [r for r in self.waiting.heads()
+                   if self._deadlines.is_expired(self._view(r), self._now)]
+        while expired:
+            for request in expired:
+                self._rejections.append(_Rejection(
+                    request, AdmissionDecision.reject("deadline_expired", 0.0)))
+            self.finish_requests([r.request_id for r in expired],
+                                 RequestStatus.FINISHED_ABORTED)
+            expired = [r for r in self.waiting.heads()
+                       if self._deadlines.is_expired(self._view(r), self._now)]
 
     def has_requests(self) -> bool:
         return bool(self._rejections) or super().has_requests()
@@ -133,13 +176,15 @@ class PolicySchedulerMixin:
             )
         return outputs
 
-    # -- ordering and token caps ---------------------------------------------
+    # -- ordering, token caps and accounting ---------------------------------
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
         now = self._now = self.clock()
-        if self.pipeline.reorders_requests:
-            self.running.sort(key=self._rank_key)
-        self._load = self.load_snapshot(now) if self.pipeline.token_cap is not None else None
+        if self._deadlines is not None:
+            self._expire_waiting()
+        if self.pipeline.reorders_requests or self._deadlines is not None:
+            self.running.sort(key=self._running_key)
+        self._load = self.load_snapshot(now) if self.pipeline.rate is not None else None
         return super().schedule(throttle_prefills)
 
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
@@ -147,26 +192,43 @@ class PolicySchedulerMixin:
         num_new_tokens = super()._reserve_prefill_lookahead(
             request, num_computed_tokens, num_new_tokens
         )
-        cap_policy = self.pipeline.token_cap
-        if cap_policy is None or num_computed_tokens >= request.num_prompt_tokens:
+        rate = self.pipeline.rate
+        if rate is None or num_computed_tokens >= request.num_prompt_tokens:
             return num_new_tokens  # decodes are never capped
         assert self._load is not None
-        cap = cap_policy.token_cap(self._view(request), self._load)
-        return num_new_tokens if cap is None else min(num_new_tokens, max(cap, 1))
-
-    def _view(self, request: Request) -> Any:
-        return request_view(request, self._tracked[request.request_id].metadata)
+        cap = rate.token_cap(self._view(request), self._load)
+        if cap is None:
+            return num_new_tokens
+        # A running request may be skipped this step (0); a waiting one would end vLLM's
+        # waiting pass for everyone behind it, so it keeps at least one token.
+        floor = 0 if request.status == RequestStatus.RUNNING else 1
+        return min(num_new_tokens, max(cap, floor))
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:
-        cap_policy = self.pipeline.token_cap
-        if cap_policy is not None:
+        pipeline = self.pipeline
+        if pipeline.rate or pipeline.levels or pipeline.fairness:
             for req_id, tokens in scheduler_output.num_scheduled_tokens.items():
-                cap_policy.on_scheduled(self._view(self.requests[req_id]), tokens, self._now)
+                request = self.requests[req_id]
+                view = self._view(request)
+                if pipeline.rate is not None:
+                    pipeline.rate.on_scheduled(view, tokens, self._now)
+                if pipeline.levels is not None:
+                    pipeline.levels.on_scheduled(view, tokens, self._now)
+                if pipeline.fairness is not None:
+                    prompt_left = max(0, request.num_prompt_tokens - view.computed_tokens)
+                    prefill = min(tokens, prompt_left)
+                    pipeline.fairness.charge(view.tenant, prefill, tokens - prefill)
         for new in scheduler_output.scheduled_new_reqs if self._observers else ():
             view = self._view(self.requests[new.req_id])
             for observer in self._observers:
                 observer.on_first_scheduled(view, self._now)
         super()._update_after_schedule(scheduler_output)
+
+    def _preempt_request(self, request: Request, timestamp: float,
+                         drop_stale_output: bool = False) -> None:
+        if self.pipeline.levels is not None:
+            self.pipeline.levels.on_preempted(self._view(request))
+        super()._preempt_request(request, timestamp, drop_stale_output)
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         tracked = self._tracked.pop(request.request_id, None)

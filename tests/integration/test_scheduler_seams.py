@@ -94,7 +94,7 @@ class PrefillChunkCap:
 
 
 def test_token_cap_clamps_prefill_chunks_but_never_decodes():
-    harness = SchedulerHarness.build(Pipeline(token_cap=PrefillChunkCap(tokens=32)),
+    harness = SchedulerHarness.build(Pipeline(rate=PrefillChunkCap(tokens=32)),
                                      shape=EngineShape(max_num_batched_tokens=1024))
     harness.add_request("capped", range(200), 3, extra_args={"tenant": "batch"})
     harness.add_request("free", range(1000, 1200), 3)  # no shared prefix
@@ -107,7 +107,7 @@ def test_token_cap_clamps_prefill_chunks_but_never_decodes():
     assert chunks["capped"][:7] == [32] * 6 + [8]
     assert chunks["capped"][7:] == [1, 1]  # decodes run uncapped (1 token each)
     # the policy is told every grant (the engine's pipeline holds its own copy)
-    told = [n for req_id, n in harness.scheduler.pipeline.token_cap.scheduled if req_id == "capped"]
+    told = [n for req_id, n in harness.scheduler.pipeline.rate.scheduled if req_id == "capped"]
     assert told == chunks["capped"]
 
 

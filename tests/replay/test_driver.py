@@ -109,7 +109,7 @@ traces = st.lists(
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=traces, system=st.sampled_from(["fcfs", "priority", "pipeline:qos"]))
+@given(rows=traces, system=st.sampled_from(["fcfs", "priority", "pipeline:qos", "pipeline:default"]))
 def test_every_offered_request_is_accounted_for(rows, system):
     trace = trace_of(*(req(i, arrival, prompt=prompt, output=output, cancel_after_s=cancel,
                            tenant=tenant, priority=i % 3 - 1)
