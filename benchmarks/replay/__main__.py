@@ -27,6 +27,7 @@ from benchmarks.replay.metrics import summarize
 from benchmarks.replay.plots import plot_engine, plot_tenant_service, plot_ttft
 from benchmarks.replay.trace import Trace
 from integrations.vllm_v1.harness import EngineShape
+from integrations.vllm_v1.presets import TENANT_WEIGHTS
 
 TENANT_PRIORITIES = {"t0": -1, "t1": -1, "t2": 0, "t3": 0, "t4": 0, "t5": 1, "t6": 1}
 """``--tenants servegen``: the two busiest tenants are Gold (-1), three Silver (0), two Bronze (1)."""
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
         with tqdm(total=len(trace.requests), desc=system, unit="req") as bar:
             run = replay(trace, system, shape=shape, cost_model=cost_model, progress=bar.update)
         runs.append(run)
-        summaries.append(summarize(run))
+        summaries.append(summarize(run, weights=TENANT_WEIGHTS))
     args.out.mkdir(parents=True, exist_ok=True)
     config = {"requests": len(trace.requests), "rate_scale": args.rate_scale,
               "tenants": args.tenants, "seed": args.seed, "gpu": args.gpu,
