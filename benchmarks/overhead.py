@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="PolicyScheduler vs stock schedule() overhead")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--iterations", type=int, default=300)
-    parser.add_argument("--pipelines", default="identity,qos")
+    parser.add_argument("--pipelines", default="identity,qos,default")
     parser.add_argument("--running", type=int, default=256)
     parser.add_argument("--waiting", default="1000,10000")
     args = parser.parse_args(argv)
