@@ -3,7 +3,9 @@
 A fenced ``python`` block in ``docs/`` is executed when the line before it (blank lines
 aside) is the marker ``<!-- test: run -->`` (invisible on the site). Each block runs in a
 fresh module of its own, so classes it defines can be pickled (pipelines are), and must hold
-at least one ``assert`` of its own.
+at least one ``assert`` of its own. A block after ``<!-- test: same-as PATH -->`` must appear
+verbatim in the repository file PATH (a copy shown on the site). The pages also list every
+`Pipeline` slot and preset, and the commands they show name real pipelines.
 """
 
 import ast
@@ -20,6 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 MARKER = "<!-- test: run -->"
+SAME_AS = re.compile(r"^<!-- test: same-as (\S+) -->$")
 FENCE = re.compile(r"^```python\s*$")
 HEADING = re.compile(r"^#{1,6}\s+(.*)$")
 API_DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
@@ -32,6 +35,7 @@ class CodeBlock:
     code: str
     tested: bool
     heading: str  # the nearest heading above the block
+    marker: str = ""  # the line before the fence, blank lines aside
 
     @property
     def where(self) -> str:
@@ -53,7 +57,7 @@ def python_blocks(path: Path) -> list[CodeBlock]:
             if end == len(lines):
                 raise AssertionError(f"{path}:{index + 1}: unclosed code fence")
             blocks.append(CodeBlock(path, index + 2, "\n".join(lines[index + 1:end]) + "\n",
-                                    previous.strip() == MARKER, heading))
+                                    previous.strip() == MARKER, heading, previous.strip()))
             index = end
         if text.strip():
             previous = text
@@ -126,3 +130,77 @@ def test_every_nav_entry_exists():
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     missing = [name for name in nav_files(config["nav"]) if not (DOCS / name).is_file()]
     assert not missing, f"mkdocs.yml nav names files missing from docs/: {missing}"
+
+
+def copied_blocks() -> list[tuple[CodeBlock, str]]:
+    return [(block, match.group(1)) for path in sorted(DOCS.rglob("*.md"))
+            for block in python_blocks(path) if (match := SAME_AS.match(block.marker))]
+
+
+def test_there_are_copied_blocks():
+    assert copied_blocks(), "no python block is marked <!-- test: same-as PATH --> in docs/"
+
+
+@pytest.mark.parametrize(("block", "source"), copied_blocks(),
+                         ids=lambda value: getattr(value, "where", value))
+def test_copied_block_matches_its_source(block, source):
+    text = (ROOT / source).read_text(encoding="utf-8")
+    assert block.code in text, f"{block.where}: the block is no longer a verbatim part of {source}"
+
+
+def test_concepts_lists_every_pipeline_slot():
+    from integrations.vllm_v1.pipeline import Pipeline
+
+    rows = [line for line in (DOCS / "concepts.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `")]
+    for field in attrs.fields(Pipeline):
+        assert any(line.startswith(f"| `{field.name}` (default") for line in rows), (
+            f"docs/concepts.md: the protocol table has no row for Pipeline.{field.name}")
+
+
+def test_serving_lists_every_preset():
+    from integrations.vllm_v1.presets import PRESETS
+
+    text = (DOCS / "serving.md").read_text(encoding="utf-8")
+    missing = [name for name in PRESETS if f"| `{name}` |" not in text]
+    assert not missing, f"docs/serving.md: the presets table lacks {missing}"
+
+
+def test_scheduling_example_fills_every_slot():
+    from integrations.vllm_v1.pipeline import Pipeline
+
+    blocks = [block for block in marked_blocks() if block.path.name == "scheduling.md"]
+    assert blocks, "docs/scheduling.md needs a tested example"
+    assert any(all(f"{field.name}=" in block.code for field in attrs.fields(Pipeline))
+               for block in blocks), "docs/scheduling.md: no tested example fills every slot"
+
+
+SHELL_FENCE = re.compile(r"^```(?:bash|console)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+PIPELINE_SPEC = re.compile(r"(?:--pipeline\s+|pipeline:)([\w./-]+(?::\w+)?)")
+
+
+def shown_pipeline_specs() -> list[tuple[str, str]]:
+    """``(page, spec)`` for every pipeline a shell block in docs/ names."""
+    return [(str(path.relative_to(ROOT)), spec)
+            for path in sorted(DOCS.rglob("*.md"))
+            for shell in SHELL_FENCE.findall(path.read_text(encoding="utf-8"))
+            for spec in PIPELINE_SPEC.findall(shell.replace("\\\n", " "))]
+
+
+def test_shell_blocks_name_pipelines():
+    assert any(spec == "default" for _, spec in shown_pipeline_specs())
+
+
+@pytest.mark.parametrize(("page", "spec"), shown_pipeline_specs(), ids=lambda value: value)
+def test_shown_pipeline_exists(page, spec):
+    from integrations.vllm_v1.presets import PRESETS
+
+    if ":" not in spec:
+        assert spec in PRESETS, f"{page}: {spec!r} is not a preset"
+    else:
+        location, attr = spec.rsplit(":", 1)
+        assert location.endswith(".py"), f"{page}: only file specs are checked, got {spec!r}"
+        tree = ast.parse((ROOT / location).read_text(encoding="utf-8"))
+        names = {target.id for node in tree.body if isinstance(node, ast.Assign)
+                 for target in node.targets if isinstance(target, ast.Name)}
+        assert attr in names, f"{page}: {location} assigns no {attr}"

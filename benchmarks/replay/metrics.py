@@ -106,10 +106,11 @@ def fairness(records: Iterable[RequestRecord], *, weights: Mapping[str, float] |
              window_s: float = 10.0) -> dict:
     """Jain's index over per-tenant weighted service, in windows where ≥ 2 tenants are backlogged.
 
-    A tenant is backlogged in a window if one of its requests has arrived and not
-    finished at the window's midpoint; its service is the prompt tokens of its
-    requests whose first token falls in the window plus the output tokens emitted
-    in it, divided by its weight (default 1).
+    A tenant is backlogged in a window if one of its requests is queued (arrived,
+    not yet scheduled) at the window's midpoint — it wants more service than it
+    gets, as in VTC; its service is the prompt tokens of its requests whose first
+    token falls in the window plus the output tokens emitted in it, divided by its
+    weight (default 1).
     """
     records = [r for r in records if r.outcome == "completed" and r.token_times_s]
     tenants = sorted({r.tenant for r in records})
@@ -124,7 +125,7 @@ def fairness(records: Iterable[RequestRecord], *, weights: Mapping[str, float] |
         i = row[r.tenant]
         service[i, int(r.token_times_s[0] // window_s)] += r.prompt_tokens
         np.add.at(service[i], (np.asarray(r.token_times_s) // window_s).astype(int), 1)
-        backlogged[i] |= (r.arrival_s <= mids) & (mids < r.finish_s)
+        backlogged[i] |= (r.arrival_s <= mids) & (mids < r.first_scheduled_s)
     weight = np.array([(weights or {}).get(t, 1.0) for t in tenants])[:, None]
     shares = service / weight
     jains, ratios = [], []
