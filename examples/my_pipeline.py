@@ -1,8 +1,9 @@
 """A pipeline users can serve: ``python -m integrations.vllm_v1.serve --pipeline examples/my_pipeline.py:PIPELINE``.
 
 Clients then send ``priority`` (-20..20, lower is more urgent) and
-``vllm_xargs={"tenant": ..., "slo_class": ..., "deadline_ms": ...}``; overload
-is answered with HTTP 503 and ``Retry-After``.
+``vllm_xargs={"tenant": ..., "slo_class": ..., "deadline_ms": ...}``. A full queue
+or an early drop is answered with HTTP 503, a full ``bronze`` class with 429, both
+with ``Retry-After``.
 """
 
 import random

@@ -59,7 +59,7 @@ class EDFRanker:
     The remaining-work estimate is a linear model: the prompt tokens not yet
     computed times ``prefill_s_per_token`` plus the output tokens not yet
     generated times ``decode_s_per_token``. Defaults fit Llama-3-8B bf16 on one
-    H100 under load (``../shared/COST_MODEL.md``): a 2,048-token prefill takes
+    H100 under load (the replay's step-cost model, `benchmarks.replay.cost_model`): a 2,048-token prefill takes
     about 55 ms (27 µs a token, rounded up to 30 µs for sharing steps with
     decodes) and a request gets one output token per engine step, which lasts
     about 20 ms with ~128 running sequences at 2k context.

@@ -4,7 +4,7 @@
 quanta ``(128, 512, 2048, inf)`` the levels are interactive, standard, batch
 and background. A request's level is a pure function of its prompt length,
 the tokens it has been scheduled (its *service*, prefill and decode) and the
-number of times it was preempted::
+number of times it was preempted:
 
     start    = first level whose quantum holds the whole prompt   (0 without skip-join)
     by_usage = first level i with service < quanta[0] + ... + quanta[i]

@@ -7,7 +7,7 @@ prefill tokens, so low-priority prefills yield the step's token budget to
 urgent requests, which are never capped.
 
 Refill is continuous. Its rate is set from each step's `LoadSnapshot` and is in
-force until the next one::
+force until the next one:
 
     kv_pressure    = clamp((kv_usage - kv_pressure_start) / (kv_pressure_full - kv_pressure_start))
     queue_pressure = waiting_requests / (waiting_requests + running_requests)   (0 when both are 0)
@@ -126,7 +126,7 @@ class TokenBucket:
     _tenants: dict[str, _TenantState] = attrs.field(init=False, repr=False, factory=dict)
     _reserved: dict[str, int] = attrs.field(init=False, repr=False, factory=dict)
     """Caps handed out in the current step and not yet settled, by request id."""
-    _step_now: float | None = attrs.field(init=False, repr=False, default=None)
+    _step_load: LoadSnapshot | None = attrs.field(init=False, repr=False, default=None)
     _now: float | None = attrs.field(init=False, repr=False, default=None)
     _credit: float = attrs.field(init=False, repr=False, default=0.0)
     """Integral of the refill rate from the first ``now`` seen to ``_now``."""
@@ -175,7 +175,9 @@ class TokenBucket:
         """At most this many prefill tokens this step; ``None`` when uncapped, 0 when throttled.
 
         Every call sets the refill rate from ``load`` (in force until the next
-        call) and a cap is reserved against the request's tenant for this step.
+        call) and a cap is reserved against the request's tenant for this step. A
+        step is identified by its `LoadSnapshot` object: callers pass the same
+        snapshot to every call of one step and a new one for the next step.
 
         Raises:
             ValueError: ``load.now`` is earlier than a time already seen.
@@ -183,10 +185,10 @@ class TokenBucket:
         self._advance(load.now)
         self._pressure = self.pressure(load)
         self._refill_per_s = self.refill_per_s_for(load)
-        if self._step_now is None or load.now > self._step_now:
+        if load is not self._step_load:  # the scheduler takes one snapshot per step
             self._end_step()
             self._collect_idle_tenants()
-            self._step_now = load.now
+            self._step_load = load
         if not self.is_capped(request) or request.computed_tokens >= request.prompt_tokens:
             return None
         state = self._state(request)
@@ -198,9 +200,11 @@ class TokenBucket:
             self._refilled(tenant.bucket) - tenant.reserved_tokens,
         )
         cap = max(0, math.floor(available))
-        self._reserved[request.request_id] = cap
-        tenant.reserved_tokens += cap
         demand = min(request.prompt_tokens - request.computed_tokens, load.token_budget)
+        # Hold back only what this request can use, so its tenant's other requests can
+        # still be granted the rest of the bucket in the same step.
+        self._reserved[request.request_id] = min(cap, demand)
+        tenant.reserved_tokens += min(cap, demand)
         if cap < demand:
             self._throttle_events += 1
             self._tokens_throttled += demand - cap

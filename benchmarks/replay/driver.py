@@ -80,6 +80,7 @@ class _Replay:
     _cancels: list[tuple[float, str]] = attrs.field(factory=list)
     _high_water: dict[str, int] = attrs.field(factory=dict)
     steps: int = 0
+    idle_steps: int = 0
     busy_s: float = 0.0
     preemptions: int = 0
     samples: list[EngineSample] = attrs.field(factory=list)
@@ -125,11 +126,14 @@ class _Replay:
             high = self._high_water.get(req_id, 0)
             record.recomputed_tokens += max(0, min(high, before + tokens) - before)
             self._high_water[req_id] = max(high, before + tokens)
+        # A step that schedules nothing (e.g. every request throttled) still costs the
+        # engine's fixed overhead, so virtual time moves and buckets refill.
         duration = (self.cost_model.step_time_s(step_batch(self.harness, scheduled))
-                    if scheduled else 0.0)
+                    if scheduled else self.cost_model.t0_s)
         now = self.harness.clock.advance(duration)
         self.busy_s += duration
         self.steps += bool(scheduled)
+        self.idle_steps += not scheduled
         result = self.harness.complete(output)
         if not self.samples or now - self.samples[-1].time_s >= self.sample_every_s:
             running, waiting = scheduler.get_request_counts()
@@ -180,5 +184,6 @@ def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCos
         raise RuntimeError(f"{system}: {len(lost)} requests neither completed nor rejected "
                            f"(e.g. {lost[:5]}); offered {len(requests)}, seen {len(run.records)}")
     return SystemRun(system=system, records=tuple(run.records.values()), steps=run.steps,
+                     idle_steps=run.idle_steps,
                      busy_s=run.busy_s, makespan_s=clock.now(), preemptions=run.preemptions,
                      samples=tuple(run.samples), wall_s=time.perf_counter() - started)

@@ -82,6 +82,8 @@ class SystemRun:
     records: tuple[RequestRecord, ...]
     steps: int
     """Engine steps that ran a batch."""
+    idle_steps: int = 0
+    """Engine steps that scheduled nothing (each costs the cost model's ``t0_s``)."""
     busy_s: float
     makespan_s: float
     preemptions: int

@@ -75,10 +75,18 @@ class PolicyRequestQueue(RequestQueue):
             self.prepend_request(request)
 
     def pop_request(self) -> Request:
-        """Remove and return the head of the tenant the fairness policy picks."""
+        """Remove and return the head of the tenant the fairness policy picks.
+
+        vLLM pops a request when it starts (or resumes) it, so the fairness policy is
+        charged its uncomputed tokens right here, as VTC charges input tokens on
+        dispatch: later picks in the same step already see the new counter.
+        """
         tenant, heap = self._front()
         request = heapq.heappop(heap)[2]
         self._size -= 1
+        if self._fairness is not None:
+            self._fairness.charge(tenant, input_tokens=request.num_tokens
+                                  - request.num_computed_tokens)
         if not heap:
             self._emptied(tenant)
         return request

@@ -1,6 +1,6 @@
 """`PolicyScheduler`: vLLM's own scheduler, steered by a `Pipeline`.
 
-Seams (see DESIGN.md), all on our own instance, none patching vLLM:
+Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
 
 * waiting order: ``self.waiting`` is a `PolicyRequestQueue` keyed by
   ``(level, rank_key)`` with one heap per tenant when a fairness policy picks
@@ -214,10 +214,11 @@ class PolicySchedulerMixin:
                     pipeline.rate.on_scheduled(view, tokens, self._now)
                 if pipeline.levels is not None:
                     pipeline.levels.on_scheduled(view, tokens, self._now)
-                if pipeline.fairness is not None:
+                if pipeline.fairness is not None:  # prefill was charged when it was popped
                     prompt_left = max(0, request.num_prompt_tokens - view.computed_tokens)
-                    prefill = min(tokens, prompt_left)
-                    pipeline.fairness.charge(view.tenant, prefill, tokens - prefill)
+                    decoded = tokens - min(tokens, prompt_left)
+                    if decoded:
+                        pipeline.fairness.charge(view.tenant, output_tokens=decoded)
         for new in scheduler_output.scheduled_new_reqs if self._observers else ():
             view = self._view(self.requests[new.req_id])
             for observer in self._observers:

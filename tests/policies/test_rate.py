@@ -83,10 +83,11 @@ def test_cap_starts_at_capacity_drains_and_refills_at_the_rate():
 def test_requests_of_one_tenant_share_its_bucket_within_a_step():
     bucket = TokenBucket(capacity_tokens=100, min_refill_per_s=0.0, max_refill_per_s=0.0)
     a, b, other = view("a"), view("b"), view("c", tenant="other")
-    assert bucket.token_cap(a, load(0.0)) == 100
-    assert bucket.token_cap(b, load(0.0)) == 0  # a's cap is reserved
-    assert bucket.token_cap(a, load(0.0)) == 100  # asking again replaces a's reservation
-    assert bucket.token_cap(other, load(0.0)) == 100
+    step = load(0.0)  # one snapshot per scheduler step
+    assert bucket.token_cap(a, step) == 100
+    assert bucket.token_cap(b, step) == 0  # a's cap is reserved
+    assert bucket.token_cap(a, step) == 100  # asking again replaces a's reservation
+    assert bucket.token_cap(other, step) == 100
     bucket.on_scheduled(a, 60, 0.0)  # ends the step: b may have what a left
     assert bucket.token_cap(b, load(1.0)) == 40
     bucket.check_invariants()
@@ -315,7 +316,9 @@ class TokenBucketMachine(RuleBasedStateMachine):
                 expected = {max(0, math.floor(available - Fraction(EPS))),
                             max(0, math.floor(available + Fraction(EPS)))}
                 assert cap in expected, (cap, float(available))
-                reserved[request.tenant] = reserved.get(request.tenant, 0) + cap
+                demand = min(request.prompt_tokens - request.computed_tokens,
+                             snapshot.token_budget)
+                reserved[request.tenant] = reserved.get(request.tenant, 0) + min(cap, demand)
             remaining = request.prompt_tokens - request.computed_tokens
             limit = remaining if cap is None else min(cap, remaining)
             tokens = data.draw(st.integers(0, max(0, limit)))
@@ -356,3 +359,12 @@ class TokenBucketMachine(RuleBasedStateMachine):
 TokenBucketMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30,
                                                 deadline=None)
 test_token_bucket_machine = TokenBucketMachine.TestCase
+
+
+def test_a_request_reserves_only_what_it_can_use_of_its_tenants_bucket():
+    bucket = TokenBucket(capacity_tokens=2048, min_refill_per_s=0.0, max_refill_per_s=0.0)
+    small = RequestView(request_id="small", arrival_s=0.0, prompt_tokens=300, tenant="t")
+    other = RequestView(request_id="other", arrival_s=0.0, prompt_tokens=300, tenant="t")
+    step = load(0.0)
+    assert bucket.token_cap(small, step) == 2048
+    assert bucket.token_cap(other, step) == 2048 - 300

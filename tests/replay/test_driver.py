@@ -45,8 +45,8 @@ def test_virtual_time_follows_the_cost_model():
     )
     (fast_record,), (slow_record,) = one.records, slow.records
     assert one.steps == slow.steps
-    # Every step is exactly 1 s slower, so the whole run is `steps` seconds longer.
-    assert slow.makespan_s - one.makespan_s == pytest.approx(one.steps * 1.0)
+    # Every step, busy or idle, is exactly 1 s slower, so the run is that many seconds longer.
+    assert slow.makespan_s - one.makespan_s == pytest.approx((one.steps + one.idle_steps) * 1.0)
     assert slow_record.ttft_s > fast_record.ttft_s + 1.0
 
 
