@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(PY) -m benchmarks.replay --trace azure-conv --tenants servegen --rate-scale 4 \
-		--max-requests 2000 --systems fcfs,priority,pipeline:qos --out $(OUT)/demo
+		--max-requests 2000 --systems fcfs,priority,pipeline:qos,pipeline:default --out $(OUT)/demo
 
 test: lint pytest notebooks docs-build
 
