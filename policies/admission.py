@@ -7,6 +7,7 @@ import random
 
 import attrs
 
+from policies.validators import finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
 
 
@@ -64,16 +65,6 @@ def _optional_at_least(minimum: int):
             raise ValueError(f"{attribute.name} must be >= {minimum} or None, got {value!r}")
 
     return check
-
-
-def _finite_non_negative(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0.0 <= value < math.inf:  # also rejects NaN
-        raise ValueError(f"{attribute.name} must be finite and >= 0, got {value!r}")
-
-
-def _positive_finite(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0.0 < value < math.inf:
-        raise ValueError(f"{attribute.name} must be positive and finite, got {value!r}")
 
 
 def _fraction_or_none(_instance: object, attribute: attrs.Attribute, value: float | None) -> None:
@@ -171,11 +162,11 @@ class AdmissionController:
         factory=dict, converter=dict, validator=_class_limits
     )
     """Per ``slo_class``: most requests admitted and not yet first-scheduled."""
-    drain_window_s: float = attrs.field(default=10.0, validator=_positive_finite)
+    drain_window_s: float = attrs.field(default=10.0, validator=finite_positive)
     """Time constant of the drain-rate EWMA."""
-    min_retry_after_s: float = attrs.field(default=1.0, validator=_finite_non_negative)
+    min_retry_after_s: float = attrs.field(default=1.0, validator=finite_non_negative)
     """Smallest Retry-After a rejection carries."""
-    max_retry_after_s: float = attrs.field(default=60.0, validator=_finite_non_negative)
+    max_retry_after_s: float = attrs.field(default=60.0, validator=finite_non_negative)
     """Largest Retry-After a rejection carries."""
 
     _pending: dict[str, str | None] = attrs.field(init=False, repr=False, factory=dict)

@@ -13,21 +13,10 @@ second), so ordering by slack at any ``now`` is ordering by the time-invariant
 
 from __future__ import annotations
 
-import math
-
 import attrs
 
+from policies.validators import finite_non_negative, finite_positive
 from policies.views import RequestView
-
-
-def _finite_non_negative(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 <= value < math.inf:
-        raise ValueError(f"{attribute.name} must be finite and >= 0, got {value!r}")
-
-
-def _finite_positive(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 < value < math.inf:
-        raise ValueError(f"{attribute.name} must be finite and > 0, got {value!r}")
 
 
 def _non_negative_int(_instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -65,9 +54,9 @@ class EDFRanker:
     about 20 ms with ~128 running sequences at 2k context.
     """
 
-    prefill_s_per_token: float = attrs.field(default=3e-5, validator=_finite_non_negative)
+    prefill_s_per_token: float = attrs.field(default=3e-5, validator=finite_non_negative)
     """Seconds of service one not-yet-computed prompt token is estimated to need."""
-    decode_s_per_token: float = attrs.field(default=0.02, validator=_finite_non_negative)
+    decode_s_per_token: float = attrs.field(default=0.02, validator=finite_non_negative)
     """Seconds one output token is estimated to take (one engine step under load)."""
     default_output_tokens: int = attrs.field(default=256, validator=_non_negative_int)
     """Output length assumed when a request does not say (``max_output_tokens is None``)."""
@@ -78,7 +67,7 @@ class EDFRanker:
     sends none, so an uncapped estimate would make such requests look minutes
     long and expire on arrival.
     """
-    default_deadline_s: float = attrs.field(default=60.0, validator=_finite_positive)
+    default_deadline_s: float = attrs.field(default=60.0, validator=finite_positive)
     """Relative deadline, from arrival, used to *order* requests that carry none."""
 
     def deadline_s(self, request: RequestView) -> float:

@@ -49,6 +49,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from policies.validators import finite_non_negative, finite_positive
+
 
 class _FrozenMapping(Mapping):
     """A read-only copy of a mapping that, unlike ``MappingProxyType``, pickles."""
@@ -83,16 +85,6 @@ def _positive_weights(_instance: object, attribute: attrs.Attribute, value: Mapp
             raise ValueError(f"weight of tenant {tenant!r} must be a number, got {weight!r}")
         if not 0 < weight < math.inf:
             raise ValueError(f"weight of tenant {tenant!r} must be finite and > 0, got {weight!r}")
-
-
-def _finite_positive(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 < value < math.inf:
-        raise ValueError(f"{attribute.name} must be finite and > 0, got {value!r}")
-
-
-def _finite_non_negative(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 <= value < math.inf:
-        raise ValueError(f"{attribute.name} must be finite and >= 0, got {value!r}")
 
 
 def _token_count(name: str, value: int) -> None:
@@ -147,11 +139,11 @@ class WFQ:
         factory=dict, converter=_frozen_mapping, validator=_positive_weights
     )
     """Weight of each named tenant; a tenant's share is proportional to its weight."""
-    default_weight: float = attrs.field(default=1.0, validator=_finite_positive)
+    default_weight: float = attrs.field(default=1.0, validator=finite_positive)
     """Weight of tenants not in ``weights`` (including ``policies.DEFAULT_TENANT``)."""
-    input_token_cost: float = attrs.field(default=1.0, validator=_finite_non_negative)
+    input_token_cost: float = attrs.field(default=1.0, validator=finite_non_negative)
     """Cost of one prompt token."""
-    output_token_cost: float = attrs.field(default=2.0, validator=_finite_non_negative)
+    output_token_cost: float = attrs.field(default=2.0, validator=finite_non_negative)
     """Cost of one output token (decode is dearer per token than prefill)."""
 
     _counters: dict[str, float] = attrs.field(init=False, repr=False, factory=dict)

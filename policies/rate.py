@@ -25,12 +25,8 @@ import math
 
 import attrs
 
+from policies.validators import finite_non_negative
 from policies.views import LoadSnapshot, RequestView
-
-
-def _finite_non_negative(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 <= value < math.inf:
-        raise ValueError(f"{attribute.name} must be finite and >= 0, got {value!r}")
 
 
 def _fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
@@ -111,9 +107,9 @@ class TokenBucket:
 
     capacity_tokens: int = attrs.field(default=512, validator=attrs.validators.ge(1))
     """Burst: the most credits a bucket holds."""
-    min_refill_per_s: float = attrs.field(default=256.0, validator=_finite_non_negative)
+    min_refill_per_s: float = attrs.field(default=256.0, validator=finite_non_negative)
     """Refill rate under full pressure (about 8 tokens per 30 ms step)."""
-    max_refill_per_s: float = attrs.field(default=2048.0, validator=_finite_non_negative)
+    max_refill_per_s: float = attrs.field(default=2048.0, validator=finite_non_negative)
     """Refill rate with no pressure (about 64 tokens per 30 ms step)."""
     unlimited_priority_at_most: int = -1
     """Requests this urgent or more are never capped."""

@@ -65,7 +65,7 @@ def controller(seed=0, **kwargs):
         ({"max_waiting_per_class": {"gold": -1}}, ValueError,
          r"max_waiting_per_class\['gold'\] must be an integer >= 0"),
         ({"max_waiting_per_class": {"": 1}}, ValueError, "keys must be non-empty strings"),
-        ({"drain_window_s": 0.0}, ValueError, "drain_window_s must be positive and finite"),
+        ({"drain_window_s": 0.0}, ValueError, "drain_window_s must be finite and > 0"),
         ({"min_retry_after_s": -1.0}, ValueError, "min_retry_after_s must be finite and >= 0"),
         ({"min_retry_after_s": 5.0, "max_retry_after_s": 2.0}, ValueError,
          "min_retry_after_s must be <= max_retry_after_s"),

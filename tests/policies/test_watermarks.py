@@ -63,7 +63,7 @@ def test_levels_switch_exactly_at_the_marks():
         ({"red_max_prompt_tokens": -1}, "red_max_prompt_tokens must be >= 0"),
         ({"base_quota_blocks": 0}, "base_quota_blocks must be >= 1"),
         ({"min_quota_blocks": 0}, "min_quota_blocks must be >= 1"),
-        ({"quota_halving_priority_steps": 0.0}, "quota_halving_priority_steps must be positive"),
+        ({"quota_halving_priority_steps": 0.0}, "quota_halving_priority_steps must be finite and > 0"),
         ({"yellow_retry_after_s": -1.0}, "yellow_retry_after_s must be finite and >= 0"),
         ({"red_retry_after_s": float("inf")}, "red_retry_after_s must be finite and >= 0"),
     ],

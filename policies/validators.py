@@ -1,0 +1,19 @@
+"""attrs validators shared by the policies, with the exact messages tests match."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+
+def finite_non_negative(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    """``0 <= value < inf``."""
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{attribute.name} must be finite and >= 0, got {value!r}")
+
+
+def finite_positive(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    """``0 < value < inf``."""
+    if not 0 < value < math.inf:
+        raise ValueError(f"{attribute.name} must be finite and > 0, got {value!r}")
