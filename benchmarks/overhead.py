@@ -44,6 +44,7 @@ def _loaded_harness(pipeline_name: str | None, running: int, waiting: int) -> Sc
     while len(harness.scheduler.running) < running or any(
             r.num_computed_tokens < r.num_prompt_tokens for r in harness.scheduler.running):
         harness.step()
+        harness.clock.advance(0.01)  # rate limits refill with time
     for i in range(waiting):
         prompt = [100000 + i * 13 + j for j in range(PROMPT_TOKENS * (1 + i % 8))]
         harness.add_request(f"wait-{i}", prompt, 128, priority=i % 5 - 2)
