@@ -44,7 +44,10 @@ class TokenCapPolicy(Protocol):
         ...
 
     def on_scheduled(self, request: RequestView, tokens: int, now: float) -> None:
-        """The scheduler gave ``request`` ``tokens`` tokens in the step that started at ``now``."""
+        """The scheduler gave ``request`` ``tokens`` prefill tokens in the step that started at ``now``.
+
+        Called for prefill chunks only: decodes are never capped.
+        """
         ...
 
 

@@ -75,6 +75,7 @@ class PolicySchedulerMixin:
         self._rejections: list[_Rejection] = []
         self._load: LoadSnapshot | None = None
         self._now = 0.0
+        self._step_views: dict[str, RequestView] = {}
         self._observers = [p for p in pipeline.policies if isinstance(p, LifecycleObserver)]
         self._deadlines = pipeline.ranking if isinstance(pipeline.ranking, DeadlinePolicy) else None
         self.waiting = PolicyRequestQueue(self._queue_key, self._tenant_of, pipeline.fairness)
@@ -83,7 +84,12 @@ class PolicySchedulerMixin:
     # -- views, keys and load -------------------------------------------------
 
     def _view(self, request: Request) -> RequestView:
-        return request_view(request, self._tracked[request.request_id].metadata)
+        """The request's view as of the start of this step (built at most once per step)."""
+        view = self._step_views.get(request.request_id)
+        if view is None:
+            view = request_view(request, self._tracked[request.request_id].metadata)
+            self._step_views[request.request_id] = view
+        return view
 
     def _tenant_of(self, request: Request) -> str:
         return self._tracked[request.request_id].metadata.tenant
@@ -180,6 +186,7 @@ class PolicySchedulerMixin:
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
         now = self._now = self.clock()
+        self._step_views.clear()  # a view shows a request as it stands before the step
         if self._deadlines is not None:
             self._expire_waiting()
         if self.pipeline.reorders_requests or self._deadlines is not None:
@@ -207,18 +214,21 @@ class PolicySchedulerMixin:
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         pipeline = self.pipeline
         if pipeline.rate or pipeline.levels or pipeline.fairness:
+            decoded_by_tenant: dict[str, int] = {}
             for req_id, tokens in scheduler_output.num_scheduled_tokens.items():
                 request = self.requests[req_id]
                 view = self._view(request)
-                if pipeline.rate is not None:
+                prefill = min(tokens, max(0, request.num_prompt_tokens - view.computed_tokens))
+                if pipeline.rate is not None and prefill:  # only prefills are rate-limited
                     pipeline.rate.on_scheduled(view, tokens, self._now)
                 if pipeline.levels is not None:
                     pipeline.levels.on_scheduled(view, tokens, self._now)
-                if pipeline.fairness is not None:  # prefill was charged when it was popped
-                    prompt_left = max(0, request.num_prompt_tokens - view.computed_tokens)
-                    decoded = tokens - min(tokens, prompt_left)
-                    if decoded:
-                        pipeline.fairness.charge(view.tenant, output_tokens=decoded)
+                if tokens > prefill:
+                    tenant = view.tenant
+                    decoded_by_tenant[tenant] = decoded_by_tenant.get(tenant, 0) + tokens - prefill
+            if pipeline.fairness is not None:  # prefill was charged when it was popped
+                for tenant, decoded in decoded_by_tenant.items():
+                    pipeline.fairness.charge(tenant, output_tokens=decoded)
         for new in scheduler_output.scheduled_new_reqs if self._observers else ():
             view = self._view(self.requests[new.req_id])
             for observer in self._observers:
