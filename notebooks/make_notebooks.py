@@ -306,7 +306,9 @@ for system, s in summaries.items():
     short, long, o = s["by_class"]["short"], s["by_class"]["long"], s["overall"]
     print(f"{system:<15}{short['ttft_p99_s'] * 1000:>15.0f}{long['ttft_p99_s'] * 1000:>15.0f}"
           f"{o['tpot_p99_s'] * 1000:>10.0f}{o['goodput_rps']:>9.2f}")"""),
-    new_code_cell("""import matplotlib.pyplot as plt
+    new_code_cell("""# benchmarks.replay (its plots module) selects the Agg backend on import: back to inline
+%matplotlib inline
+import matplotlib.pyplot as plt
 import numpy as np
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
@@ -448,22 +450,27 @@ def load(now: float, waiting: int) -> LoadSnapshot:
     return LoadSnapshot(now=now, waiting_requests=waiting, running_requests=4, kv_usage=0.3,
                         token_budget=8192)
 
+def show(decision) -> str:
+    if decision.admitted:
+        return "admitted"
+    return f"rejected: {decision.reason}, Retry-After {decision.retry_after_s:.1f} s"
+
 for i in range(3):
     request = RequestView(request_id=f"bronze-{i}", arrival_s=0.0, prompt_tokens=100,
                           priority=1, slo_class="bronze")
     decision = gate.admit(request, load(0.0, waiting=i))
     if decision.admitted:
         gate.on_admitted(request, now=0.0)
-    print(request.request_id, decision)
-print("queue of 8:", gate.admit(RequestView(request_id="x", arrival_s=0.0, prompt_tokens=100),
-                                load(0.0, waiting=8)))
+    print(f"{request.request_id}: {show(decision)}")
+print("8 waiting:", show(gate.admit(RequestView(request_id="x", arrival_s=0.0, prompt_tokens=100),
+                                    load(0.0, waiting=8))))
 for k in range(80):  # then requests start at 2 per second for 40 s
     started = RequestView(request_id=f"s{k}", arrival_s=0.0, prompt_tokens=100)
     gate.on_admitted(started, now=0.0)
     gate.on_first_scheduled(started, now=0.5 * k)
-print(f"drain rate {gate.drain_rate_rps(40.0):.2f} req/s ->",
-      gate.admit(RequestView(request_id="y", arrival_s=40.0, prompt_tokens=100),
-                 load(40.0, waiting=8)))
+print(f"8 waiting, drain rate {gate.drain_rate_rps(40.0):.2f} req/s:",
+      show(gate.admit(RequestView(request_id="y", arrival_s=40.0, prompt_tokens=100),
+                      load(40.0, waiting=8))))
 print(gate.stats(now=40.0))
 gate.check_invariants()
 print({reason: rejection_status(reason) for reason in ("class_full:bronze", "queue_full")})"""),
@@ -518,7 +525,9 @@ for system, s in summaries.items():
           f"{tier_ttft_p99(runs[system], TIERS['Gold']):>10.2f}"
           f"{tier_ttft_p99(runs[system], TIERS['Bronze']):>12.2f}"
           f"{s['overall']['goodput_rps']:>9.2f}  {rejections or '-'}")"""),
-    new_code_cell("""import matplotlib.pyplot as plt
+    new_code_cell("""# benchmarks.replay (its plots module) selects the Agg backend on import: back to inline
+%matplotlib inline
+import matplotlib.pyplot as plt
 
 tenants = sorted(TENANT_WEIGHTS.keys() & summaries["fcfs"]["by_tenant"].keys())
 width = 0.8 / len(summaries)
@@ -529,16 +538,18 @@ for i, (system, s) in enumerate(summaries.items()):
 ax.set_xticks([x + 0.4 - width / 2 for x in range(len(tenants))],
               [f"{t} (w={TENANT_WEIGHTS[t]:.0f})" for t in tenants])
 ax.set_yscale("log"); ax.set_ylabel("TTFT p99 (s)"); ax.grid(alpha=0.3, axis="y")
-ax.legend(fontsize=8)
+ax.legend(fontsize=8, ncols=len(summaries), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+          frameon=False)
 plt.tight_layout(); plt.show()"""),
     new_markdown_cell("""**Reading it.** `priority` serves Gold first and starves everyone else: the best Gold
 latency, the worst Bronze latency and the lowest Jain's index. `wfq` shares the engine by
 weight instead, which raises Jain's index well above `fcfs`'s; a tenant that asks for more
-than its weighted share (here the busiest Gold tenant, `t0`) waits for its own backlog, so
-weights are not a latency guarantee for Gold. `default` adds admission: KV watermarks turn
-away Bronze requests while KV usage is above the yellow mark (HTTP 503 with Retry-After
-over HTTP), and with QoS ranking and MLFQ inside each tenant's queue it keeps the best
-fairness of the four and the highest goodput."""),
+than its weighted share (here the busiest Gold tenant, `t0`, with about a third of the
+requests for a quarter of the weight) waits behind its own backlog, under `wfq` and `default`
+longer than under `fcfs`: weights are a share of service, not a latency guarantee.
+`default` adds admission: its KV watermarks turn Bronze requests away while KV usage is above
+the yellow mark (over HTTP, 503 with Retry-After), and with QoS ranking and MLFQ inside each
+tenant's queue it has the best fairness of the four and the highest goodput."""),
     hidden("""for system, s in summaries.items():
     o = s["overall"]
     assert o["completed"] + o["rejected"] + o["cancelled"] == o["offered"] == 900, system
@@ -559,6 +570,9 @@ bronze = {system: tier_ttft_p99(run, TIERS["Bronze"]) for system, run in runs.it
 assert gold["priority"] == min(gold.values()) and bronze["priority"] == max(bronze.values())
 goodput = {system: s["overall"]["goodput_rps"] for system, s in summaries.items()}
 assert goodput["pipeline:default"] == max(goodput.values())
+t0 = {system: s["by_tenant"]["t0"]["ttft_p99_s"] for system, s in summaries.items()}
+assert summaries["fcfs"]["by_tenant"]["t0"]["offered"] / 900 > 0.3  # for 4/16 of the weight
+assert t0["pipeline:wfq"] > t0["fcfs"] and t0["pipeline:default"] > t0["fcfs"]
 for t in toy_tenants:  # the WFQ bound held in the toy run above
     assert 0.0 <= worst_lag[t] <= M / wfq.weight(t)"""),
     new_markdown_cell("""## Serving it over HTTP
@@ -580,8 +594,8 @@ A request the scheduler rejects gets no tokens and an error status with a `Retry
 header: **429** when the client's own quota is spent (`class_full:<class>`), **503** when
 the server is overloaded (`queue_full`, `kv_full`, `early_drop`, `kv_yellow`, `kv_red`,
 `deadline_expired`). Clients should back off for Retry-After seconds. Streaming requests
-are not mapped (vLLM sends an empty 200 stream); see
-[Serving over HTTP](../serving.md#rejections-429-and-503)."""),
+are not mapped (vLLM sends an empty 200 stream); the "Serving over HTTP" guide has the
+details."""),
 ]
 
 

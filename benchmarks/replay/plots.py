@@ -1,18 +1,15 @@
-"""Plots of replay results (matplotlib, headless)."""
+"""Plots of replay results (matplotlib; saved to files, so any backend works headless)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from benchmarks.replay.metrics import request_class  # noqa: E402
-from benchmarks.replay.records import SystemRun  # noqa: E402
+from benchmarks.replay.metrics import request_class
+from benchmarks.replay.records import SystemRun
 
 
 def plot_ttft(runs: Sequence[SystemRun], path: Path) -> None:
