@@ -78,7 +78,6 @@ class _Replay:
     cost_model: StepCostModel
     records: dict[str, RequestRecord] = attrs.field(factory=dict)
     _cancels: list[tuple[float, str]] = attrs.field(factory=list)
-    _high_water: dict[str, int] = attrs.field(factory=dict)
     steps: int = 0
     idle_steps: int = 0
     busy_s: float = 0.0
@@ -123,9 +122,9 @@ class _Replay:
             if record.first_scheduled_s is None:
                 record.first_scheduled_s = self.harness.clock.now()
                 record.cached_tokens = before
-            high = self._high_water.get(req_id, 0)
+            high = record.computed_high_water
             record.recomputed_tokens += max(0, min(high, before + tokens) - before)
-            self._high_water[req_id] = max(high, before + tokens)
+            record.computed_high_water = max(high, before + tokens)
         # A step that schedules nothing (e.g. every request throttled) still costs the
         # engine's fixed overhead, so virtual time moves and buckets refill.
         duration = (self.cost_model.step_time_s(step_batch(self.harness, scheduled))

@@ -27,6 +27,8 @@ class RequestRecord:
     """Prompt tokens found in the prefix cache when first scheduled."""
     recomputed_tokens: int = 0
     """Tokens computed again after a preemption threw their KV away."""
+    computed_high_water: int = 0
+    """The most tokens this request ever had in KV; scheduling below it is recomputation."""
     preemptions: int = 0
     token_times_s: list[float] = attrs.field(factory=list)
     outcome: Outcome | None = None

@@ -151,16 +151,12 @@ class PolicySchedulerMixin:
 
     def _expire_waiting(self) -> None:
         """Drop waiting requests at the head of their queue whose deadline can no longer be met."""
-        expired = [r for r in self.waiting.heads()
-                   if self._deadlines.is_expired(self._view(r), self._now)]
-        while expired:
+        while expired := [r for r in self.waiting.heads()
+                          if self._deadlines.is_expired(self._view(r), self._now)]:
             for request in expired:
-                self._rejections.append(_Rejection(
-                    request, AdmissionDecision.reject("deadline_expired", 0.0)))
+                self._reject(request, AdmissionDecision.reject("deadline_expired", 0.0))
             self.finish_requests([r.request_id for r in expired],
                                  RequestStatus.FINISHED_ABORTED)
-            expired = [r for r in self.waiting.heads()
-                       if self._deadlines.is_expired(self._view(r), self._now)]
 
     def has_requests(self) -> bool:
         return bool(self._rejections) or super().has_requests()
