@@ -31,6 +31,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request, RequestStatus
 
+from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.queue import PolicyRequestQueue
 from integrations.vllm_v1.views import request_metadata, request_view
@@ -80,6 +81,7 @@ class PolicySchedulerMixin:
         self._deadlines = pipeline.ranking if isinstance(pipeline.ranking, DeadlinePolicy) else None
         self.waiting = PolicyRequestQueue(self._queue_key, self._tenant_of, pipeline.fairness)
         self.kv_holding_waiting = PolicyRequestQueue(self._queue_key)
+        self._metrics = PolicyMetrics.from_environment()
 
     # -- views, keys and load -------------------------------------------------
 
@@ -148,6 +150,8 @@ class PolicySchedulerMixin:
 
     def _reject(self, request: Request, decision: AdmissionDecision) -> None:
         self._rejections.append(_Rejection(request, decision))
+        if self._metrics is not None:
+            self._metrics.rejected(decision.reason)
 
     def _expire_waiting(self) -> None:
         """Drop waiting requests at the head of their queue whose deadline can no longer be met."""
@@ -176,6 +180,7 @@ class PolicySchedulerMixin:
                     stop_reason=rejection_stop_reason(rejection.decision),
                 )
             )
+        self._refresh_metrics()
         return outputs
 
     # -- ordering, token caps and accounting ---------------------------------
@@ -189,6 +194,18 @@ class PolicySchedulerMixin:
             self.running.sort(key=self._running_key)
         self._load = self.load_snapshot(now) if self.pipeline.rate is not None else None
         return super().schedule(throttle_prefills)
+
+    def _refresh_metrics(self) -> None:
+        """Gauges after a step: when due, and always when the engine goes idle (no step
+        follows to correct them)."""
+        metrics = self._metrics
+        if metrics is None or not (metrics.due(self.clock()) or not self.has_requests()):
+            return
+        metrics.refresh(
+            waiting=((self._tenant_of(r), self._queue_key(r)[0]) for r in self.waiting),
+            running=(self._tenant_of(r) for r in self.running),
+            fairness=self.pipeline.fairness, watermarks=self.pipeline.watermarks,
+            kv_usage=self.kv_cache_manager.usage)
 
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
                                    num_new_tokens: int) -> int:
@@ -205,7 +222,10 @@ class PolicySchedulerMixin:
         # A running request may be skipped this step (0); a waiting one would end vLLM's
         # waiting pass for everyone behind it, so it keeps at least one token.
         floor = 0 if request.status == RequestStatus.RUNNING else 1
-        return min(num_new_tokens, max(cap, floor))
+        capped = min(num_new_tokens, max(cap, floor))
+        if self._metrics is not None and capped < num_new_tokens:
+            self._metrics.throttled(self._tenant_of(request), num_new_tokens - capped)
+        return capped
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         pipeline = self.pipeline

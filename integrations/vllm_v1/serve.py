@@ -7,19 +7,28 @@ runs offline on a laptop. Arguments after ``--`` go to vLLM unchanged.
 from __future__ import annotations
 
 import argparse
-import os
-import runpy
+import shutil
+import subprocess
 import sys
 
 from integrations.vllm_v1.presets import resolve_pipeline
-from integrations.vllm_v1.server import API_SERVER_MODULE, offline_env, server_args
+from integrations.vllm_v1.server import (
+    API_SERVER_MODULE,
+    new_metrics_dir,
+    server_args,
+    server_env,
+)
 
 TINY_MODEL_ARGS = ("--load-format", "dummy", "--dtype", "float32", "--max-model-len", "2048",
                    "--enforce-eager", "--block-size", "32")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse our flags, then hand over to vLLM's server in this process."""
+def main(argv: list[str] | None = None) -> int:
+    """Parse our flags, run vLLM's server as a child until it exits; its exit status.
+
+    A child (not this process) so that `prometheus_client` starts in multiprocess mode
+    there, which this process, having imported vLLM already, cannot switch to.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", default="qos",
                         help="preset name, package.module:attr or file.py:attr (default: qos)")
@@ -35,11 +44,20 @@ def main(argv: list[str] | None = None) -> None:
 
         model = str(tiny_model_dir("dummy"))
         vllm_args = [*TINY_MODEL_ARGS, *vllm_args]
-    os.environ.update(offline_env())
-    sys.argv = [API_SERVER_MODULE, *server_args(pipeline, model, host=args.host, port=args.port,
-                                                vllm_args=tuple(vllm_args))]
-    runpy.run_module(API_SERVER_MODULE, run_name="__main__", alter_sys=True)
+    argv = [sys.executable, "-m", API_SERVER_MODULE,
+            *server_args(pipeline, model, host=args.host, port=args.port,
+                         vllm_args=tuple(vllm_args))]
+    metrics_dir = new_metrics_dir()
+    try:
+        process = subprocess.Popen(argv, env=server_env(metrics_dir))
+        try:
+            return process.wait()
+        except KeyboardInterrupt:  # the child got the same Ctrl-C: let it shut down
+            return process.wait()
+    finally:
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

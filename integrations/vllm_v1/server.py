@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import attrs
 
+from integrations.vllm_v1.metrics import MULTIPROC_ENV
 from integrations.vllm_v1.pipeline import Pipeline
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -48,6 +50,20 @@ def offline_env() -> dict[str, str]:
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
 
 
+def new_metrics_dir() -> str | None:
+    """A fresh ``PROMETHEUS_MULTIPROC_DIR`` for a child server, unless the caller set one.
+
+    With it, the server's ``/metrics`` also shows what the pipeline decides (see
+    `integrations.vllm_v1.metrics`). The caller removes the directory after the server exits.
+    """
+    return None if os.environ.get(MULTIPROC_ENV) else tempfile.mkdtemp(prefix="policies-metrics-")
+
+
+def server_env(metrics_dir: str | None) -> dict[str, str]:
+    """`offline_env` plus the metrics directory, if any."""
+    return {**offline_env(), **({MULTIPROC_ENV: metrics_dir} if metrics_dir else {})}
+
+
 @attrs.define(eq=False)
 class LocalServer:
     """A vLLM OpenAI server in a child process; a context manager that stops it on exit."""
@@ -55,6 +71,8 @@ class LocalServer:
     process: subprocess.Popen
     url: str
     log_path: Path
+    metrics_dir: str | None = None
+    """The multiprocess metrics directory this handle created (removed by `stop`)."""
 
     @classmethod
     def start(cls, pipeline: Pipeline, model: str, *, host: str = "127.0.0.1", port: int = 8000,
@@ -63,10 +81,11 @@ class LocalServer:
         log = Path(log_path) if log_path else Path(tempfile.mkstemp(suffix=".log")[1])
         argv = [sys.executable, "-m", API_SERVER_MODULE,
                 *server_args(pipeline, model, host=host, port=port, vllm_args=vllm_args)]
+        metrics_dir = new_metrics_dir()
         with open(log, "wb") as sink:
             process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
-                                       env=offline_env(), start_new_session=True)
-        return cls(process, f"http://{host}:{port}", log)
+                                       env=server_env(metrics_dir), start_new_session=True)
+        return cls(process, f"http://{host}:{port}", log, metrics_dir)
 
     def wait_until_healthy(self, timeout_s: float = 300.0) -> None:
         """Block until ``/health`` answers 200; raise with the log's tail if the server dies."""
@@ -98,6 +117,8 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, 9)
                 self.process.wait()
+        if self.metrics_dir:
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalServer:
         return self

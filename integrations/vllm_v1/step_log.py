@@ -5,7 +5,8 @@ harness (fidelity checks) and to fit the replay's step-cost model to measured
 step times (calibration). One line per event:
 
     {"event": "config", "num_blocks", "block_size", "max_num_seqs", ...}
-    {"event": "add", "step", "request_id", "prompt_token_ids", "max_tokens", "priority"}
+    {"event": "add", "step", "request_id", "prompt_token_ids", "max_tokens", "priority",
+     "extra_args"}
     {"event": "step", "step", "scheduled": {request_id: tokens}, "prefills": [[c, k]],
      "decodes": [ctx], "duration_s"}
 
@@ -67,7 +68,8 @@ class StepLogScheduler(PolicyScheduler):
     def add_request(self, request: Request) -> None:
         self._write({"event": "add", "step": self._step, "request_id": request.request_id,
                      "prompt_token_ids": list(request.prompt_token_ids or []),
-                     "max_tokens": request.max_tokens, "priority": request.priority})
+                     "max_tokens": request.max_tokens, "priority": request.priority,
+                     "extra_args": getattr(request.sampling_params, "extra_args", None) or {}})
         super().add_request(request)
 
     def schedule(self, throttle_prefills: bool = False) -> Any:

@@ -2,23 +2,16 @@
 bad metadata gets HTTP 400 and the server keeps serving."""
 
 import json
-import socket
-import urllib.error
 import urllib.request
 
 import pytest
 
 from integrations.vllm_v1 import Pipeline
 from policies import QoSRanker
+from tests.integration.http_client import free_port, post, server_model
 from tests.integration.policies_for_tests import EchoProbeAdmission
 
 pytestmark = pytest.mark.engine
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,33 +26,9 @@ def server(random_model_dir, tmp_path_factory):
         yield handle
 
 
-def post(server, path, body, headers=None, with_headers=False):
-    """(status, parsed JSON or raw text[, response headers]) of a POST."""
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    request = urllib.request.Request(server.url + path, data=data, method="POST",
-                                     headers={"content-type": "application/json",
-                                              **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            status, text, reply_headers = response.status, response.read().decode(), \
-                response.headers
-    except urllib.error.HTTPError as error:
-        status, text, reply_headers = error.code, error.read().decode(), error.headers
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = text
-    return (status, parsed, reply_headers) if with_headers else (status, parsed)
-
-
 def completion(server, **fields):
     return post(server, "/v1/completions", {"model": server_model(server), "prompt": "Hello",
                                             "max_tokens": 4, **fields})
-
-
-def server_model(server):
-    with urllib.request.urlopen(server.url + "/v1/models", timeout=30) as response:
-        return json.load(response)["data"][0]["id"]
 
 
 def test_priority_and_tenant_reach_the_scheduler_and_overload_is_503(server):

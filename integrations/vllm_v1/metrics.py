@@ -1,0 +1,122 @@
+"""What the pipeline decides, on the OpenAI server's Prometheus ``/metrics``.
+
+The scheduler runs in vLLM's engine-core process, the ``/metrics`` endpoint in
+the API-server process. vLLM's endpoint aggregates every process's metrics
+when ``PROMETHEUS_MULTIPROC_DIR`` is set (`server_metrics_dir` sets it for the
+servers this package starts), so the scheduler writes its metrics there with
+`prometheus_client`'s multiprocess mode. Without that directory nothing is
+exported and nothing is measured.
+
+Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``other``):
+
+* ``policies:waiting_requests{tenant,level}`` and ``policies:running_requests{tenant}``
+* ``policies:rejections_total{reason}`` (reason up to its first ``:`` or space)
+* ``policies:prefill_tokens_throttled_total{tenant}``: prefill tokens a token cap withheld
+* ``policies:fairness_lag_tokens{tenant}``: a waiting or running tenant's fairness counter
+  minus the lowest such counter (how far ahead of the least-served tenant it is)
+* ``policies:kv_watermark_level``: 0 green, 1 yellow, 2 red
+
+Gauges are refreshed at most once per ``refresh_interval_s`` of the scheduler's clock;
+counters as events happen.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import Counter as PromCounter
+
+from policies import AdmissionPolicy, FairnessPolicy, KVWatermarks
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+MAX_TENANT_LABELS = 64
+_REASON_END = re.compile(r"[:\s]")
+
+
+def reason_label(reason: str) -> str:
+    """``queue_full`` for ``queue_full``; ``invalid_metadata`` for ``invalid_metadata: ...``."""
+    return _REASON_END.split(reason, maxsplit=1)[0] or "unknown"
+
+
+class PolicyMetrics:
+    """Prometheus metrics of one scheduler; label sets that disappear are set back to 0."""
+
+    def __init__(self, refresh_interval_s: float = 1.0,
+                 registry: CollectorRegistry | None = None) -> None:
+        """``registry=None`` (the server's case): values go to the multiprocess directory
+        only, so a second scheduler in one process registers nothing twice."""
+        self.refresh_interval_s = refresh_interval_s
+        self._next_refresh = float("-inf")
+        self._tenants: set[str] = set()
+        self._waiting = Gauge("policies:waiting_requests", "Requests waiting, by tenant and level",
+                              ["tenant", "level"], registry=registry, multiprocess_mode="mostrecent")
+        self._running = Gauge("policies:running_requests", "Requests running, by tenant",
+                              ["tenant"], registry=registry, multiprocess_mode="mostrecent")
+        self._lag = Gauge("policies:fairness_lag_tokens",
+                          "Fairness counter minus the lowest present tenant's, by tenant",
+                          ["tenant"], registry=registry, multiprocess_mode="mostrecent")
+        self._watermark = Gauge("policies:kv_watermark_level",
+                                "KV watermark level: 0 green, 1 yellow, 2 red",
+                                registry=registry, multiprocess_mode="mostrecent")
+        self._rejections = PromCounter("policies:rejections", "Requests rejected, by reason",
+                                       ["reason"], registry=registry)
+        self._throttled = PromCounter("policies:prefill_tokens_throttled",
+                                      "Prefill tokens withheld by a token cap, by tenant",
+                                      ["tenant"], registry=registry)
+        self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
+
+    @classmethod
+    def from_environment(cls) -> PolicyMetrics | None:
+        """Metrics when a multiprocess directory is configured, else ``None``."""
+        return cls() if os.environ.get(MULTIPROC_ENV) else None
+
+    def tenant_label(self, tenant: str) -> str:
+        """``tenant``, or ``other`` once ``MAX_TENANT_LABELS`` tenants have labels."""
+        if tenant in self._tenants or len(self._tenants) < MAX_TENANT_LABELS:
+            self._tenants.add(tenant)
+            return tenant
+        return "other"
+
+    def rejected(self, reason: str) -> None:
+        self._rejections.labels(reason=reason_label(reason)).inc()
+
+    def throttled(self, tenant: str, tokens: int) -> None:
+        self._throttled.labels(tenant=self.tenant_label(tenant)).inc(tokens)
+
+    def due(self, now: float) -> bool:
+        """Whether the gauges should be refreshed at ``now`` (then not again for an interval)."""
+        if now < self._next_refresh:
+            return False
+        self._next_refresh = now + self.refresh_interval_s
+        return True
+
+    def refresh(self, *, waiting: Iterable[tuple[str, int]], running: Iterable[str],
+                fairness: FairnessPolicy | None, watermarks: AdmissionPolicy | None,
+                kv_usage: float) -> None:
+        """Set the gauges: ``waiting`` as ``(tenant, level)`` pairs, ``running`` as tenants."""
+        waiting = list(waiting)
+        running = list(running)
+        self._show(self._waiting,
+                   Counter((self.tenant_label(t), str(level)) for t, level in waiting))
+        self._show(self._running, Counter((self.tenant_label(t),) for t in running))
+        if fairness is not None:
+            counters = {t: fairness.counter(t) for t in {t for t, _ in waiting} | set(running)}
+            floor = min(counters.values(), default=0.0)
+            lags: Counter[tuple[str, ...]] = Counter()
+            for tenant, counter in counters.items():
+                label = (self.tenant_label(tenant),)
+                lags[label] = max(lags[label], counter - floor)
+            self._show(self._lag, lags)
+        if isinstance(watermarks, KVWatermarks):
+            self._watermark.set(int(watermarks.level(kv_usage)))
+
+    def _show(self, gauge: Gauge, values: Counter[tuple[str, ...]]) -> None:
+        for labels in self._shown.get(gauge, set()) - values.keys():
+            gauge.labels(*labels).set(0)
+        for labels, value in values.items():
+            gauge.labels(*labels).set(value)
+        self._shown[gauge] = set(values)

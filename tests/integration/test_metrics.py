@@ -1,0 +1,68 @@
+"""`PolicyMetrics`: labels, caps and stale label sets, read from a private registry."""
+
+from prometheus_client import CollectorRegistry
+
+from integrations.vllm_v1.metrics import MAX_TENANT_LABELS, PolicyMetrics, reason_label
+from policies import WFQ, KVWatermarks
+
+
+def make():
+    registry = CollectorRegistry()
+    return PolicyMetrics(refresh_interval_s=1.0, registry=registry), registry
+
+
+def test_reason_label_keeps_the_reason_up_to_its_detail():
+    assert reason_label("queue_full") == "queue_full"
+    assert reason_label("invalid_metadata: priority must be ...") == "invalid_metadata"
+    assert reason_label("class_full:gold") == "class_full"
+    assert reason_label("") == "unknown"
+
+
+def test_counters_add_up_by_reason_and_tenant():
+    metrics, registry = make()
+    for reason in ("queue_full", "queue_full", "kv_red"):
+        metrics.rejected(reason)
+    metrics.throttled("acme", 30)
+    metrics.throttled("acme", 12)
+    assert registry.get_sample_value("policies:rejections_total", {"reason": "queue_full"}) == 2
+    assert registry.get_sample_value("policies:rejections_total", {"reason": "kv_red"}) == 1
+    assert registry.get_sample_value("policies:prefill_tokens_throttled_total",
+                                     {"tenant": "acme"}) == 42
+
+
+def test_gauges_follow_the_queue_and_drop_to_zero_when_a_label_set_empties():
+    metrics, registry = make()
+    fairness = WFQ(weights={"gold": 2.0})
+    fairness.on_backlogged("gold")
+    fairness.on_backlogged("free")
+    fairness.charge("gold", input_tokens=100)
+    metrics.refresh(waiting=[("gold", 0), ("gold", 0), ("free", 2)], running=["gold"],
+                    fairness=fairness, watermarks=KVWatermarks(), kv_usage=0.9)
+
+    def value(name, **labels):
+        return registry.get_sample_value(name, labels)
+
+    assert value("policies:waiting_requests", tenant="gold", level="0") == 2
+    assert value("policies:waiting_requests", tenant="free", level="2") == 1
+    assert value("policies:running_requests", tenant="gold") == 1
+    assert value("policies:fairness_lag_tokens", tenant="gold") == 50  # 100 tokens / weight 2
+    assert value("policies:fairness_lag_tokens", tenant="free") == 0
+    assert value("policies:kv_watermark_level") == 2  # red at 90 %
+    metrics.refresh(waiting=[("free", 2)], running=[], fairness=None, watermarks=None,
+                    kv_usage=0.1)
+    assert value("policies:waiting_requests", tenant="gold", level="0") == 0
+    assert value("policies:running_requests", tenant="gold") == 0
+
+
+def test_refresh_is_due_once_per_interval():
+    metrics, _ = make()
+    assert [metrics.due(t) for t in (0.0, 0.5, 0.99, 1.0, 1.5, 2.1)] == [
+        True, False, False, True, False, True]
+
+
+def test_tenant_labels_are_capped():
+    metrics, _ = make()
+    labels = [metrics.tenant_label(f"t{i}") for i in range(MAX_TENANT_LABELS + 5)]
+    assert labels[:MAX_TENANT_LABELS] == [f"t{i}" for i in range(MAX_TENANT_LABELS)]
+    assert set(labels[MAX_TENANT_LABELS:]) == {"other"}
+    assert metrics.tenant_label("t0") == "t0"
