@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install demo test lint pytest notebooks docs-build docs serve overhead
+.PHONY: install demo replay-demo test lint pytest notebooks docs-build docs serve overhead
 
 install: $(STAMP)
 
@@ -26,8 +26,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	$(PY) -m benchmarks.e2e_business_cases --out $(OUT)/demo
+
+replay-demo: $(STAMP)
 	$(PY) -m benchmarks.replay --trace azure-conv --tenants servegen --rate-scale 4 \
-		--max-requests 2000 --systems fcfs,priority,pipeline:qos,pipeline:default --out $(OUT)/demo
+		--max-requests 2000 --systems fcfs,priority,pipeline:qos,pipeline:default --out $(OUT)/replay
 
 test: lint pytest notebooks docs-build
 

@@ -14,7 +14,15 @@ from policies.admission import (
 from policies.clock import ManualClock
 from policies.deadline import EDFRanker
 from policies.errors import InvalidRequestMetadata
+from policies.eviction import LRU, EvictionOrder, EvictionStats, Segment, SegmentedLRU
 from policies.fairness import WFQ, WFQStats
+from policies.isolation import (
+    PrefillBudgetStats,
+    TenantPrefillBudget,
+    TenantQuota,
+    TenantUsage,
+    TokenCaps,
+)
 from policies.levels import MLFQ, MLFQStats
 from policies.metadata import (
     PRIORITY_MAX,
@@ -33,10 +41,30 @@ from policies.protocols import (
 )
 from policies.ranking import FCFSOrder, QoSRanker
 from policies.rate import TokenBucket, TokenBucketStats
+from policies.speculative import (
+    AutomatonStats,
+    Draft,
+    DraftConfig,
+    DrafterStats,
+    DraftSource,
+    SharedCacheStats,
+    SharedSuffixCache,
+    SpecMetrics,
+    SpecMetricsStats,
+    SpeculationBudget,
+    SpeculationBudgetStats,
+    SuffixAutomaton,
+    SuffixDrafter,
+)
 from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [
+    "PrefillBudgetStats",
+    "TenantPrefillBudget",
+    "TenantQuota",
+    "TenantUsage",
+    "TokenCaps",
     "DEFAULT_TENANT",
     "PRIORITY_MAX",
     "PRIORITY_MIN",
@@ -48,7 +76,15 @@ __all__ = [
     "LevelPolicy",
     "MLFQ",
     "MLFQStats",
+    "InstanceLoad",
+    "PrefixIndex",
+    "chain_keys",
     "EDFRanker",
+    "EvictionOrder",
+    "EvictionStats",
+    "LRU",
+    "Segment",
+    "SegmentedLRU",
     "KVWatermarks",
     "AdmissionPolicy",
     "FCFSOrder",
@@ -68,4 +104,17 @@ __all__ = [
     "WFQStats",
     "WatermarkLevel",
     "parse_request_metadata",
+    "AutomatonStats",
+    "Draft",
+    "DraftConfig",
+    "DraftSource",
+    "DrafterStats",
+    "SharedCacheStats",
+    "SharedSuffixCache",
+    "SpecMetrics",
+    "SpecMetricsStats",
+    "SpeculationBudget",
+    "SpeculationBudgetStats",
+    "SuffixAutomaton",
+    "SuffixDrafter",
 ]

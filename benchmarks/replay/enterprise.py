@@ -12,6 +12,7 @@ Everything is drawn from one ``random.Random(seed)``.
 
 from __future__ import annotations
 
+import functools
 import random
 
 import attrs
@@ -57,10 +58,11 @@ CODE_CANCEL_SHARE = 0.3
 """Share of code completions the client cancels (the user kept typing)."""
 
 
-def _lengths(name: str) -> list[tuple[int, int]]:
+@functools.cache
+def _lengths(name: str) -> tuple[tuple[int, int], ...]:
     from benchmarks.replay.datasets import load_trace
 
-    return [(r.prompt_tokens, r.output_tokens) for r in load_trace(name).requests]
+    return tuple((r.prompt_tokens, r.output_tokens) for r in load_trace(name).requests)
 
 
 def enterprise_trace(*, duration_s: float = 300.0, seed: int = 0,

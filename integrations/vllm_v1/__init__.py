@@ -15,6 +15,8 @@ _LAZY = {
     "PolicyScheduler": "integrations.vllm_v1.scheduler",
     "AsyncPolicyScheduler": "integrations.vllm_v1.scheduler",
     "PolicyRequestQueue": "integrations.vllm_v1.queue",
+    "PolicyFreeBlockQueue": "integrations.vllm_v1.eviction",
+    "install_eviction": "integrations.vllm_v1.eviction",
     "SchedulerHarness": "integrations.vllm_v1.harness",
     "EngineShape": "integrations.vllm_v1.harness",
     "tiny_model_dir": "integrations.vllm_v1.tiny_model",

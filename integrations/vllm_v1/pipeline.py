@@ -16,12 +16,15 @@ import attrs
 
 from policies import (
     AdmissionPolicy,
+    DeadlinePolicy,
     FairnessPolicy,
     FCFSOrder,
     LevelPolicy,
     RankingPolicy,
+    TenantQuota,
     TokenCapPolicy,
 )
+from policies.eviction import EvictionOrder
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -80,12 +83,32 @@ class Pipeline:
         default=None, validator=_implements(AdmissionPolicy, optional=True)
     )
     """A second admission gate on KV-cache usage (e.g. `KVWatermarks`)."""
+    deadlines: DeadlinePolicy | None = attrs.field(
+        default=None, validator=_implements(DeadlinePolicy, optional=True)
+    )
+    """Drops waiting requests that can no longer meet their deadline and demotes late running
+    ones (e.g. `EDFRanker`), whatever the ranking; ``None``: the ranking's, if it has them."""
+    quotas: TenantQuota | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(TenantQuota))
+    )
+    """Per-tenant running-slot and KV-block quotas, work-conserving (`TenantQuota`); needs
+    ``fairness``, which picks among the tenants under quota."""
+    eviction: EvictionOrder | None = attrs.field(
+        default=None, validator=_implements(EvictionOrder, optional=True)
+    )
+    """Which unreferenced prefix-cache block is evicted next (e.g. `SegmentedLRU`);
+    ``None`` keeps vLLM's LRU (see `integrations.vllm_v1.eviction`)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.quotas is not None and self.fairness is None:
+            raise ValueError("Pipeline.quotas needs a fairness policy (e.g. WFQ) to pick among "
+                             "the tenants under quota")
 
     @property
     def policies(self) -> tuple[object, ...]:
         """Every policy in the pipeline, in layer order."""
         slots = (self.fairness, self.ranking, self.levels, self.rate, self.admission,
-                 self.watermarks)
+                 self.watermarks, self.deadlines, self.quotas)
         return tuple(p for p in slots if p is not None)
 
     @property

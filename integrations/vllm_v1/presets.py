@@ -15,6 +15,7 @@ from policies import (
     EDFRanker,
     KVWatermarks,
     QoSRanker,
+    SegmentedLRU,
     TokenBucket,
 )
 
@@ -55,6 +56,7 @@ PRESETS: dict[str, Pipeline] = {
     "admission": Pipeline(admission=AdmissionController(
         max_waiting=2048, red_min_waiting=1024, red_max_waiting=2048, rng=random.Random(0))),
     "watermarks": Pipeline(watermarks=KVWatermarks()),
+    "slru": Pipeline(eviction=SegmentedLRU()),
 }
 """Built-in pipelines by name. ``identity`` schedules like stock ``fcfs``; ``default`` is the
 full composition; the others are one policy alone, for ablations. Each engine unpickles its

@@ -29,10 +29,13 @@ class PolicyRequestQueue(RequestQueue):
 
     def __init__(self, key: Callable[[Request], Any],
                  tenant_of: Callable[[Request], str] | None = None,
-                 fairness: FairnessPolicy | None = None) -> None:
+                 fairness: FairnessPolicy | None = None,
+                 eligible: Callable[[list[str]], list[str]] | None = None) -> None:
+        """``eligible`` narrows the backlogged tenants the fairness policy may pick from."""
         if fairness is not None and tenant_of is None:
             raise ValueError("a fairness policy needs tenant_of")
         self._key = key
+        self._eligible = eligible
         self._tenant_of = tenant_of if fairness is not None else None
         self._fairness = fairness
         self._heaps: dict[str, list[_Entry]] = {}
@@ -53,7 +56,10 @@ class PolicyRequestQueue(RequestQueue):
             raise IndexError("the queue is empty")
         if self._fairness is None:
             return "", self._heaps[""]
-        tenant = self._fairness.select([t for t, heap in self._heaps.items() if heap])
+        backlogged = [t for t, heap in self._heaps.items() if heap]
+        if self._eligible is not None:
+            backlogged = self._eligible(backlogged)
+        tenant = self._fairness.select(backlogged)
         return tenant, self._heaps[tenant]
 
     def _emptied(self, tenant: str) -> None:

@@ -43,6 +43,7 @@ from policies import (
     LoadSnapshot,
     RequestMetadata,
     RequestView,
+    TenantUsage,
 )
 
 
@@ -78,9 +79,17 @@ class PolicySchedulerMixin:
         self._now = 0.0
         self._step_views: dict[str, RequestView] = {}
         self._observers = [p for p in pipeline.policies if isinstance(p, LifecycleObserver)]
-        self._deadlines = pipeline.ranking if isinstance(pipeline.ranking, DeadlinePolicy) else None
-        self.waiting = PolicyRequestQueue(self._queue_key, self._tenant_of, pipeline.fairness)
+        self._deadlines = pipeline.deadlines or (
+            pipeline.ranking if isinstance(pipeline.ranking, DeadlinePolicy) else None)
+        self.waiting = PolicyRequestQueue(
+            self._queue_key, self._tenant_of, pipeline.fairness,
+            self._tenants_under_quota if pipeline.quotas is not None else None)
         self.kv_holding_waiting = PolicyRequestQueue(self._queue_key)
+        self._eviction_queue = None
+        if pipeline.eviction is not None:  # prefix-cache eviction order (SegmentedLRU, ...)
+            from integrations.vllm_v1.eviction import install_eviction
+
+            self._eviction_queue = install_eviction(self, pipeline.eviction)
         self._metrics = PolicyMetrics.from_environment()
 
     # -- views, keys and load -------------------------------------------------
@@ -111,6 +120,24 @@ class PolicySchedulerMixin:
             pipeline.levels.level(view) if pipeline.levels else 0,
             tracked.rank_key,
         )
+
+    def _tenants_under_quota(self, backlogged: list[str]) -> list[str]:
+        """The pipeline's quotas over the running requests as they stand (during a step too).
+
+        A request's KV blocks are counted as its computed tokens over the block size, so
+        prefix blocks shared by several requests count once per request.
+        """
+        running: dict[str, int] = {}
+        blocks: dict[str, int] = {}
+        for request in self.running:
+            tenant = self._tenant_of(request)
+            running[tenant] = running.get(tenant, 0) + 1
+            blocks[tenant] = blocks.get(tenant, 0) - (-request.num_computed_tokens
+                                                      // self.block_size)
+        usage = TenantUsage(running_requests=running, kv_blocks=blocks,
+                            max_running_requests=self.max_num_running_reqs,
+                            total_kv_blocks=self.kv_cache_config.num_blocks)
+        return self.pipeline.quotas.eligible(backlogged, usage)
 
     def load_snapshot(self, now: float) -> LoadSnapshot:
         """The engine's load as policies see it."""
@@ -255,6 +282,10 @@ class PolicySchedulerMixin:
                          drop_stale_output: bool = False) -> None:
         if self.pipeline.levels is not None:
             self.pipeline.levels.on_preempted(self._view(request))
+        if self._eviction_queue is not None:  # preemption cache shield: blocks freed protected
+            with self._eviction_queue.shield():
+                super()._preempt_request(request, timestamp, drop_stale_output)
+            return
         super()._preempt_request(request, timestamp, drop_stale_output)
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:

@@ -1,7 +1,9 @@
 """The scheduling policies composed in PolicyScheduler, through the real vLLM scheduler."""
 
+import pytest
+
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
-from policies import MLFQ, WFQ, EDFRanker, QoSRanker, TokenBucket
+from policies import MLFQ, WFQ, EDFRanker, QoSRanker, TenantQuota, TokenBucket
 
 
 def run(harness, limit=20000):
@@ -62,6 +64,27 @@ def test_edf_drops_waiting_requests_that_can_no_longer_meet_their_deadline():
     assert sorted(finished) == ["blocker", "relaxed", "tight"]
 
 
+def test_deadlines_slot_drops_expired_requests_while_qos_keeps_the_order():
+    deadlines = EDFRanker(decode_s_per_token=0.01, prefill_s_per_token=1e-4)
+    harness = SchedulerHarness.build(
+        Pipeline(ranking=QoSRanker(), deadlines=deadlines),
+        shape=EngineShape(max_num_seqs=1, max_num_batched_tokens=512))
+    harness.add_request("blocker", range(100), 200)  # runs ~2 s of virtual time
+    harness.step()
+    # QoS serves the urgent priority first, although EDF would pick the tight deadline.
+    harness.add_request("relaxed-urgent", range(200, 300), 10, priority=-5,
+                        extra_args={"deadline_ms": 60000})
+    harness.add_request("tight", range(400, 500), 10, priority=5,
+                        extra_args={"deadline_ms": 500})
+    harness.add_request("tight-feasible", range(600, 700), 10, priority=5,
+                        extra_args={"deadline_ms": 20000})
+    _, finished, outputs = run(harness)
+    reasons = {o.request_id: o.stop_reason for o in outputs if o.finish_reason is not None}
+    assert reasons["tight"].startswith("rejected:deadline_expired")
+    served = [r for r in finished if reasons[r] is None]
+    assert served == ["blocker", "relaxed-urgent", "tight-feasible"]
+
+
 def test_token_bucket_throttles_a_low_priority_prefill_within_its_bound():
     bucket = TokenBucket(capacity_tokens=64, min_refill_per_s=64.0, max_refill_per_s=64.0)
     harness = SchedulerHarness.build(Pipeline(ranking=QoSRanker(), rate=bucket),
@@ -94,3 +117,33 @@ def test_full_default_pipeline_accounts_for_every_request():
     assert sorted(finished) == sorted(f"r{i}" for i in range(24))
     harness.scheduler.pipeline.fairness.check_invariants()
     harness.scheduler.pipeline.levels.check_invariants()
+
+
+def running_share_while_both_wait(quotas):
+    """Most running slots tenant ``chatty`` held while ``bulk`` had requests waiting."""
+    pipeline = Pipeline(fairness=WFQ(), quotas=quotas)
+    harness = SchedulerHarness.build(pipeline, shape=EngineShape(max_num_seqs=4,
+                                                                 max_num_batched_tokens=4096))
+    for i in range(12):  # chatty: short prompts, long answers; bulk: long prompts, short answers
+        harness.add_request(f"chatty-{i}", range(i * 50, i * 50 + 16), 60,
+                            extra_args={"tenant": "chatty"})
+        harness.add_request(f"bulk-{i}", range(10_000 + i * 2000, 10_000 + i * 2000 + 1500), 4,
+                            extra_args={"tenant": "bulk"})
+    most = 0
+    scheduler = harness.scheduler
+    while harness.has_requests():
+        harness.step()
+        harness.clock.advance(0.01)
+        if any(scheduler._tenant_of(r) == "bulk" for r in scheduler.waiting):
+            most = max(most, sum(scheduler._tenant_of(r) == "chatty" for r in scheduler.running))
+    return most
+
+
+def test_tenant_quota_holds_a_tenant_to_its_share_of_running_slots_while_others_wait():
+    assert running_share_while_both_wait(None) > 2  # WFQ alone lets chatty hog the slots
+    assert running_share_while_both_wait(TenantQuota()) <= 2  # equal weights: half of 4
+
+
+def test_quotas_need_a_fairness_policy():
+    with pytest.raises(ValueError, match="quotas needs a fairness policy"):
+        Pipeline(quotas=TenantQuota())

@@ -1,0 +1,1 @@
+"""``python -m benchmarks.spec_replay``: model-free drafters replayed on real model outputs."""

@@ -1,0 +1,206 @@
+"""Prefix-cache eviction in vLLM chosen by an `EvictionOrder` (e.g. `SegmentedLRU`).
+
+vLLM keeps every unreferenced block, cached or not, in the block pool's
+``free_block_queue`` and always allocates from its front. `PolicyFreeBlockQueue`
+replaces that queue on our own scheduler's block pool (`install_eviction`): it
+has the same methods and keeps ``num_free_blocks`` exact, and the order decides
+what the front is.
+
+Translation (vLLM call -> order):
+
+* ``append``/``append_n`` of a block with a prefix hash -> ``release(hash, parent)``.
+  vLLM frees a request's blocks tail first in one ``append_n``, so the next block
+  of the batch is the parent when its hash covers exactly one block less.
+  A second free block holding a hash another block already holds is a
+  duplicate: it is released as uncached (dropping it loses nothing).
+* ``append``/``prepend_n`` of a block without a hash -> ``release_uncached(block id)``
+  (allocated before any cached block, as in vLLM).
+* ``remove`` (a prefix hit, ``touch``) -> ``acquire``; ``popleft``/``popleft_n`` -> ``evict``.
+* Blocks a preempted request frees (inside `PolicyFreeBlockQueue.shield`, which
+  `PolicyScheduler` enters around vLLM's ``_preempt_request``) are released with
+  ``protect=True``: the preemption cache shield.
+
+Keys are block hashes, so the order's use counts follow content, not slots.
+
+Differences from vLLM's queue: a hash-less block given to ``append`` (vLLM's
+``unpin_blocks``, used by KV offloading) goes to the front like any other
+uncached block rather than to the back; ``iter_blocks_after`` (used by the
+simple CPU offloading manager) walks the whole order, O(free blocks) per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock, get_group_id
+
+from policies.eviction import EvictionOrder
+
+
+def _is_parent(child: KVCacheBlock, parent: KVCacheBlock) -> bool:
+    """Whether ``parent`` is the block right before ``child`` in one prefix chain."""
+    c_hash, p_hash = child.block_hash, parent.block_hash
+    c_tokens, p_tokens = child.block_hash_num_tokens, parent.block_hash_num_tokens
+    if c_hash is None or p_hash is None or not c_tokens or not p_tokens:
+        return False
+    step = c_tokens - p_tokens
+    return (step > 0 and p_tokens % step == 0
+            and get_group_id(c_hash) == get_group_id(p_hash))
+
+
+class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
+    """vLLM's free-block queue with victims chosen by ``order``; every count stays exact.
+
+    Guarantees: ``num_free_blocks`` equals the blocks the queue holds, each free
+    block is held exactly once, ``popleft`` never returns a block that is not
+    free, and blocks without a hash are handed out before any cached block.
+    The linked-list fields of `KVCacheBlock` are not used.
+    """
+
+    def __init__(self, blocks: list[KVCacheBlock], order: EvictionOrder) -> None:
+        # Not calling super().__init__: it would link the blocks into its own list.
+        self.order = order
+        self.num_free_blocks = 0
+        self._free: dict[Hashable, KVCacheBlock] = {}
+        """Order key -> free block."""
+        self._key_of: dict[int, Hashable] = {}
+        """Free block id -> its order key."""
+        self._owner: dict[Hashable, int] = {}
+        """Hash -> id of the block the order tracks it for (free or referenced)."""
+        self._hash_of: dict[int, Hashable] = {}
+        """Inverse of ``_owner``."""
+        self._protect = False
+        for block in blocks:
+            block.prev_free_block = block.next_free_block = None
+        uncached = [b for b in blocks if b.block_hash is None]
+        self.prepend_n(uncached)
+        for block in blocks:
+            if block.block_hash is not None:
+                self.append(block)
+
+    # -- FreeKVCacheBlockQueue ------------------------------------------------
+
+    def popleft(self) -> KVCacheBlock:
+        if not self.num_free_blocks:
+            raise ValueError("No free blocks available")
+        return self._take(self.order.evict())
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        assert self.num_free_blocks >= n
+        return [self.popleft() for _ in range(n)]
+
+    def remove(self, block: KVCacheBlock) -> None:
+        key = self._key_of.get(block.block_id)
+        if key is None:
+            raise RuntimeError(f"remove() called on an invalid block: {block}")
+        self.order.acquire(key)
+        del self._free[key], self._key_of[block.block_id]
+        self.num_free_blocks -= 1
+
+    def append(self, block: KVCacheBlock) -> None:
+        self.append_n([block])
+
+    def append_n(self, blocks: list[KVCacheBlock]) -> None:
+        for i, block in enumerate(blocks):
+            parent = blocks[i + 1] if i + 1 < len(blocks) else None
+            self._release(block, parent if parent is not None and _is_parent(block, parent)
+                          else None)
+
+    def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
+        for block in reversed(blocks):  # the first block ends up at the very front
+            self._forget_hash(block.block_id)
+            self._add(block, block.block_id)
+            self.order.release_uncached(block.block_id)
+
+    def get_all_free_blocks(self) -> list[KVCacheBlock]:
+        return [self._free[key] for key in self.order]
+
+    def iter_blocks_after(self, cursor: KVCacheBlock | None) -> Iterator[KVCacheBlock]:
+        blocks = iter(self.get_all_free_blocks())
+        if cursor is not None:
+            for block in blocks:
+                if block is cursor:
+                    break
+        yield from blocks
+
+    # -- bookkeeping ------------------------------------------------------------
+
+    def _add(self, block: KVCacheBlock, key: Hashable) -> None:
+        if block.block_id in self._key_of:
+            raise RuntimeError(f"block {block.block_id} is already free")
+        self._free[key] = block
+        self._key_of[block.block_id] = key
+        self.num_free_blocks += 1
+
+    def _take(self, key: Hashable) -> KVCacheBlock:
+        block = self._free.pop(key)
+        del self._key_of[block.block_id]
+        self._forget_hash(block.block_id, evicted=True)
+        self.num_free_blocks -= 1
+        return block
+
+    def _forget_hash(self, block_id: int, evicted: bool = False) -> None:
+        """Stop tracking the hash the order knew ``block_id`` by (if any)."""
+        old = self._hash_of.pop(block_id, None)
+        if old is not None:
+            del self._owner[old]
+            if not evicted:
+                self.order.discard(old)
+
+    def _claim(self, block: KVCacheBlock) -> Hashable | None:
+        """The order key of cached ``block``, or None if another block holds its hash."""
+        block_hash = block.block_hash
+        owner = self._owner.get(block_hash)
+        if owner is not None and owner != block.block_id:
+            return None
+        if self._hash_of.get(block.block_id, block_hash) != block_hash:
+            self._forget_hash(block.block_id)  # the block's hash changed while in use
+        self._owner[block_hash] = block.block_id
+        self._hash_of[block.block_id] = block_hash
+        return block_hash
+
+    def _release(self, block: KVCacheBlock, parent: KVCacheBlock | None) -> None:
+        key = self._claim(block) if block.block_hash is not None else None
+        if key is None:
+            self.prepend_n([block])
+            return
+        parent_key = self._claim(parent) if parent is not None else None
+        self._add(block, key)
+        self.order.release(key, parent_key, protect=self._protect)
+
+    @contextmanager
+    def shield(self) -> Iterator[None]:
+        """Blocks freed inside are released with ``protect=True`` (a preempted request's)."""
+        self._protect = True
+        try:
+            yield
+        finally:
+            self._protect = False
+
+    # -- checks -----------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        """Assert that the queue, the order and the counters agree."""
+        assert self.num_free_blocks == len(self._free) == len(self._key_of) == len(self.order)
+        for key, block in self._free.items():
+            assert self._key_of[block.block_id] == key, block
+            assert block.ref_cnt == 0, block
+            assert key in self.order, key
+        for block_hash, block_id in self._owner.items():
+            assert self._hash_of[block_id] == block_hash
+        if hasattr(self.order, "check_invariants"):
+            self.order.check_invariants()
+
+
+def install_eviction(scheduler: Any, order: EvictionOrder) -> PolicyFreeBlockQueue:
+    """Replace ``scheduler``'s free-block queue by one evicting in ``order``; returns it.
+
+    Call on a scheduler with no request yet (or between requests): the free
+    blocks move over in their current order, cached ones with no known parent.
+    """
+    pool = scheduler.kv_cache_manager.block_pool
+    queue = PolicyFreeBlockQueue(pool.free_block_queue.get_all_free_blocks(), order)
+    pool.free_block_queue = queue
+    return queue

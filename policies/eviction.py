@@ -1,0 +1,415 @@
+"""Prefix-cache eviction orders: `LRU` (vLLM's own) and `SegmentedLRU`.
+
+An eviction order holds the *evictable* blocks of a prefix cache: blocks whose
+content is cached but that no running request references. vLLM keeps exactly
+this set in its free-block queue; `integrations.vllm_v1.eviction` lets one of
+these objects choose the victims. Keys are opaque hashables (a block id in
+vLLM, a content hash in `benchmarks.cache_replay`).
+
+Life of a key::
+
+    release(key, parent)  a cached block stops being referenced: it becomes evictable
+    acquire(key)          a prefix hit references it again: it stops being evictable
+    evict()               the policy picks a victim; its content (and metadata) is gone
+    release_uncached(key) a block with no cached content is freed: it is evicted first
+
+A block's *parent* is the block before it in its prefix chain. With vLLM's
+prefix semantics a block only hits if every block before it hits, so a cached
+child whose parent was evicted is useless.
+
+Every order evicts in segment order, front to back within a segment::
+
+    UNCACHED   blocks with no content, newest first (vLLM prepends them)
+    ORPHAN     blocks whose parent was evicted (SegmentedLRU only)
+    PROBATION  blocks not reused yet, least recently released first
+    PROTECTED  reused blocks, least recently released first (SegmentedLRU only)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+
+class Segment(enum.IntEnum):
+    """Where an evictable key waits; lower segments are evicted first."""
+
+    UNCACHED = 0
+    ORPHAN = 1
+    PROBATION = 2
+    PROTECTED = 3
+
+
+@runtime_checkable
+class EvictionOrder(Protocol):
+    """Chooses which unreferenced prefix-cache block is evicted next."""
+
+    def release(self, key: Hashable, parent: Hashable | None = None, *,
+                protect: bool = False) -> None:
+        """``key`` (a cached block) became evictable.
+
+        ``parent``, if known, is the cached block before ``key`` in its prefix chain;
+        ``protect`` asks to keep it longer (its request was preempted and will resume).
+        """
+        ...
+
+    def release_uncached(self, key: Hashable) -> None:
+        """``key`` (a block with no cached content) became free; it is evicted before any other."""
+        ...
+
+    def acquire(self, key: Hashable) -> None:
+        """The evictable ``key`` is referenced again (a prefix hit)."""
+        ...
+
+    def evict(self) -> Hashable:
+        """Remove and return the next victim."""
+        ...
+
+    def discard(self, key: Hashable) -> None:
+        """Forget ``key`` (its content is gone) without counting an eviction."""
+        ...
+
+    def __len__(self) -> int: ...
+
+    def __contains__(self, key: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[Hashable]: ...
+
+
+@attrs.frozen(kw_only=True)
+class EvictionStats:
+    """A snapshot of an eviction order's segments and counters since construction."""
+
+    evictable_blocks: int
+    """Keys that `evict` may return (the sum of the four segment sizes)."""
+    tracked_blocks: int
+    """Cached keys with metadata: evictable ones plus referenced ones released before."""
+    uncached_blocks: int
+    orphan_blocks: int
+    probation_blocks: int
+    protected_blocks: int
+    releases: int
+    """``release`` calls (``release_uncached`` not included)."""
+    acquires: int
+    """``acquire`` calls (prefix hits on evictable blocks)."""
+    evictions: int
+    """Keys returned by `evict`, uncached ones included."""
+    promotions: int
+    """Releases that put a key into PROTECTED."""
+    demotions: int
+    """Keys moved from PROTECTED to PROBATION because PROTECTED was over its share."""
+    orphaned: int
+    """Keys moved to ORPHAN because their parent was evicted."""
+    evicted_with_children: int
+    """Evictions of a key that still had evictable children (0 when leaves always go first)."""
+    shielded: int
+    """Releases put into PROTECTED by the preemption shield (``protect=True``)."""
+
+
+@attrs.define(eq=False, slots=True)
+class _Entry:
+    uses: int = 1
+    segment: Segment | None = None
+    """None while the key is referenced (not evictable)."""
+    parent: Hashable | None = None
+    children: dict[Hashable, None] = attrs.field(factory=dict)
+    """In link order, so orphans are queued deterministically."""
+
+
+def _fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value < 1.0:  # also rejects NaN
+        raise ValueError(f"{attribute.name} must be in [0, 1), got {value!r}")
+
+
+@attrs.define(eq=False, kw_only=True)
+class LRU:
+    """vLLM's order: every release goes to the back, `evict` takes the front; O(1) each.
+
+    Release a finished request's blocks tail first (as vLLM does) and a
+    chain's tail is evicted before its head. ``parent`` is ignored, so a child
+    may outlive its parent (as in vLLM).
+    """
+
+    _entries: dict[Hashable, _Entry] = attrs.field(init=False, repr=False, factory=dict)
+    _segments: tuple[OrderedDict, ...] = attrs.field(
+        init=False, repr=False, factory=lambda: tuple(OrderedDict() for _ in Segment))
+    _counts: dict[str, int] = attrs.field(init=False, repr=False, factory=lambda: dict.fromkeys(
+        ("releases", "acquires", "evictions", "promotions", "demotions", "orphaned",
+         "evicted_with_children", "shielded"), 0))
+
+    # -- the protocol ---------------------------------------------------------
+
+    def release(self, key: Hashable, parent: Hashable | None = None, *,
+                protect: bool = False) -> None:
+        """``key`` became evictable; a key released before keeps its use count.
+
+        ``protect`` is ignored by plain LRU (see `SegmentedLRU.shield_preempted`).
+
+        Raises:
+            ValueError: if ``key`` is already evictable.
+        """
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(uses=1 + self._remembered_uses(key))
+        elif entry.segment is not None:
+            raise ValueError(f"key {key!r} is already evictable")
+        self._counts["releases"] += 1
+        self._link(key, entry, parent)
+        self._put(key, entry, self._segment_for(entry, protect))
+        self._after_release()
+
+    def release_uncached(self, key: Hashable) -> None:
+        """``key`` holds no cached content: it goes to the very front (newest first).
+
+        Raises:
+            ValueError: if ``key`` is already evictable.
+        """
+        entry = self._entries.get(key)
+        if entry is not None:
+            if entry.segment is not None:
+                raise ValueError(f"key {key!r} is already evictable")
+            self._forget(key, entry)
+        entry = self._entries[key] = _Entry(uses=0)
+        self._put(key, entry, Segment.UNCACHED, front=True)
+
+    def acquire(self, key: Hashable) -> None:
+        """The evictable ``key`` is referenced again; its use count grows by one.
+
+        Raises:
+            KeyError: if ``key`` is not evictable.
+        """
+        entry = self._entries.get(key)
+        if entry is None or entry.segment is None:
+            raise KeyError(f"key {key!r} is not evictable")
+        del self._segments[entry.segment][key]
+        entry.segment = None
+        entry.uses += 1
+        self._counts["acquires"] += 1
+
+    def evict(self) -> Hashable:
+        """Remove and return the front key of the first non-empty segment; forget its metadata.
+
+        Raises:
+            IndexError: if nothing is evictable.
+        """
+        for segment in self._segments:
+            if segment:
+                key, _ = segment.popitem(last=False)
+                break
+        else:
+            raise IndexError("evict from an empty eviction order")
+        entry = self._entries[key]
+        entry.segment = None
+        self._counts["evictions"] += 1
+        self._forget(key, entry)
+        if entry.uses:
+            self._remember(key, entry.uses)
+        return key
+
+    def discard(self, key: Hashable) -> None:
+        """Forget ``key`` (evictable or referenced) without counting an eviction; no-op if unknown.
+
+        For a block whose content the cache dropped behind the order's back.
+        """
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        if entry.segment is not None:
+            del self._segments[entry.segment][key]
+            entry.segment = None
+        self._forget(key, entry)
+
+    def __len__(self) -> int:
+        return sum(len(segment) for segment in self._segments)
+
+    def __contains__(self, key: object) -> bool:
+        entry = self._entries.get(key)
+        return entry is not None and entry.segment is not None
+
+    def __iter__(self) -> Iterator[Hashable]:
+        """Evictable keys in eviction order (what repeated `evict` calls would return now)."""
+        for segment in self._segments:
+            yield from segment
+
+    # -- introspection --------------------------------------------------------
+
+    def segment_of(self, key: Hashable) -> Segment | None:
+        """The segment ``key`` waits in, or None if it is not evictable."""
+        entry = self._entries.get(key)
+        return None if entry is None else entry.segment
+
+    def uses(self, key: Hashable) -> int:
+        """How often ``key`` was used while cached (1 on its first release; 0 if unknown)."""
+        entry = self._entries.get(key)
+        return 0 if entry is None else entry.uses
+
+    def stats(self) -> EvictionStats:
+        """Segment sizes and counters since construction."""
+        sizes = [len(segment) for segment in self._segments]
+        return EvictionStats(
+            evictable_blocks=sum(sizes),
+            tracked_blocks=len(self._entries) - sizes[Segment.UNCACHED],
+            uncached_blocks=sizes[Segment.UNCACHED], orphan_blocks=sizes[Segment.ORPHAN],
+            probation_blocks=sizes[Segment.PROBATION],
+            protected_blocks=sizes[Segment.PROTECTED], **self._counts)
+
+    def check_invariants(self) -> None:
+        """Assert that segments, entries and parent links agree."""
+        for segment, keys in zip(Segment, self._segments, strict=True):
+            for key in keys:
+                assert self._entries[key].segment is segment, (key, segment)
+        evictable = sum(1 for e in self._entries.values() if e.segment is not None)
+        assert evictable == len(self), (evictable, len(self))
+        for key, entry in self._entries.items():
+            if entry.parent is not None:
+                assert key in self._entries[entry.parent].children, key
+            for child in entry.children:
+                assert self._entries[child].parent == key, (key, child)
+            if entry.segment is Segment.UNCACHED:
+                assert not entry.children and entry.parent is None, key
+
+    # -- hooks and helpers ----------------------------------------------------
+
+    def _segment_for(self, entry: _Entry, protect: bool = False) -> Segment:
+        return Segment.PROBATION
+
+    def _remembered_uses(self, key: Hashable) -> int:
+        """Uses of ``key``'s content before it was last evicted (plain LRU forgets them)."""
+        return 0
+
+    def _remember(self, key: Hashable, uses: int) -> None:
+        """``key`` was evicted after ``uses`` uses (plain LRU forgets them)."""
+
+    def _after_release(self) -> None:
+        """Rebalance segments after a release (nothing for plain LRU)."""
+
+    def _link(self, key: Hashable, entry: _Entry, parent: Hashable | None) -> None:
+        """Record ``parent`` (plain LRU does not track chains)."""
+
+    def _put(self, key: Hashable, entry: _Entry, segment: Segment, front: bool = False) -> None:
+        entry.segment = segment
+        keys = self._segments[segment]
+        keys[key] = None
+        if front:
+            keys.move_to_end(key, last=False)
+
+    def _forget(self, key: Hashable, entry: _Entry) -> None:
+        """Drop ``key``'s metadata; its evictable children become orphans."""
+        del self._entries[key]
+        if entry.parent is not None:
+            self._entries[entry.parent].children.pop(key, None)
+        if entry.children:
+            if any(self._entries[c].segment is not None for c in entry.children):
+                self._counts["evicted_with_children"] += 1
+            for child in entry.children:
+                self._orphan(child)
+
+    def _orphan(self, key: Hashable) -> None:
+        entry = self._entries[key]
+        entry.parent = None
+        if entry.segment is not None and entry.segment is not Segment.ORPHAN:
+            del self._segments[entry.segment][key]
+            self._put(key, entry, Segment.ORPHAN)
+            self._counts["orphaned"] += 1
+
+
+@attrs.define(eq=False, kw_only=True)
+class SegmentedLRU(LRU):
+    """Reused blocks outlive one-shot blocks; a chain is evicted leaf first; O(1) amortised.
+
+    Guarantees:
+        * Blocks used fewer than ``promote_after_uses`` times (PROBATION) are
+          evicted before reused ones (PROTECTED); orphans before both.
+        * After each `release`, PROTECTED holds at most
+          ``max(1, floor(protected_fraction * len(self)))`` keys: the least
+          recently released overflow is demoted to the back of PROBATION.
+        * Never keeps a child whose parent is gone: evicting a key moves its
+          evictable children to ORPHAN, which is evicted next. Children are
+          released no later than their parent and are used no more often, so
+          within a segment the leaves of a chain come first; `EvictionStats`
+          counts the exceptions (``evicted_with_children``).
+        * Each call is O(1), amortised over the links it forgets.
+
+    Frequency: each key counts its uses (first release, then one per
+    `acquire`); a key demoted from PROTECTED keeps ``uses // 2``. Evicted keys
+    leave their use count in a bounded ghost list (``history_factor`` times
+    the most keys ever tracked at an eviction), so content that comes back after an eviction (the next
+    turn of a conversation, minutes later) is promoted on its next release.
+    Keys must therefore name content (a block hash), not a reusable slot.
+
+    Defaults were tuned on the Mooncake conversation trace
+    (`benchmarks.cache_replay`): a small PROBATION (2 %) filters one-shot
+    blocks, and the ghost list recognises returning prefixes.
+    """
+
+    protected_fraction: float = attrs.field(default=0.98, validator=_fraction)
+    """Share of the evictable blocks PROTECTED may hold."""
+    promote_after_uses: int = attrs.field(default=2, validator=attrs.validators.ge(2))
+    """A key released with at least this many uses goes to PROTECTED (2: on its first reuse)."""
+
+    history_factor: float = attrs.field(default=4.0, validator=attrs.validators.ge(0))
+    """Evicted keys whose use counts are remembered, per key of the most ever tracked at an
+    eviction (a ghost list, oldest dropped first): with 2,000 cached blocks and the default,
+    the last 8,000 evictions."""
+
+    shield_preempted: bool = True
+    """Preemption cache shield: a ``release(..., protect=True)`` (the blocks of a preempted
+    request, which will resume) goes to PROTECTED, so resuming hits instead of recomputing."""
+
+    _history: OrderedDict = attrs.field(init=False, repr=False, factory=OrderedDict)
+    _peak_tracked: int = attrs.field(init=False, repr=False, default=0)
+    """Most keys tracked at any eviction (the cache's size, once it has filled)."""
+
+    def _remembered_uses(self, key: Hashable) -> int:
+        return self._history.pop(key, 0)
+
+    def _remember(self, key: Hashable, uses: int) -> None:
+        self._peak_tracked = max(self._peak_tracked, len(self._entries) + 1)
+        self._history[key] = uses
+        limit = int(self.history_factor * self._peak_tracked)
+        while len(self._history) > limit:
+            self._history.popitem(last=False)
+
+    def _segment_for(self, entry: _Entry, protect: bool = False) -> Segment:
+        if protect and self.shield_preempted:
+            self._counts["shielded"] += 1
+            return Segment.PROTECTED
+        if entry.uses >= self.promote_after_uses:
+            self._counts["promotions"] += 1
+            return Segment.PROTECTED
+        return Segment.PROBATION
+
+    def _after_release(self) -> None:
+        protected = self._segments[Segment.PROTECTED]
+        limit = max(1, int(self.protected_fraction * len(self)))
+        while len(protected) > limit:
+            key, _ = protected.popitem(last=False)
+            entry = self._entries[key]
+            entry.uses //= 2
+            self._put(key, entry, Segment.PROBATION)
+            self._counts["demotions"] += 1
+
+    def _link(self, key: Hashable, entry: _Entry, parent: Hashable | None) -> None:
+        if parent == entry.parent:
+            return
+        if entry.parent is not None:
+            self._entries[entry.parent].children.pop(key, None)
+            entry.parent = None
+        if parent is None or parent == key:
+            return
+        parent_entry = self._entries.get(parent)
+        if parent_entry is None:  # cached and referenced, not released yet
+            parent_entry = self._entries[parent] = _Entry(uses=1 + self._remembered_uses(parent))
+        if parent_entry.segment is not Segment.UNCACHED:
+            entry.parent = parent
+            parent_entry.children[key] = None
+
+    def check_invariants(self) -> None:
+        """Assert the base invariants and that orphans have no parent left."""
+        super().check_invariants()
+        for key in self._segments[Segment.ORPHAN]:
+            assert self._entries[key].parent is None, key

@@ -1,0 +1,1 @@
+"""Prefix-cache eviction: policy, vLLM free-block queue, cache replay."""

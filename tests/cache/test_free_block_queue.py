@@ -1,0 +1,129 @@
+"""The swapped free-block queue inside the real vLLM scheduler: exact bookkeeping, no leaks."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1.eviction import PolicyFreeBlockQueue
+from policies import LRU, SegmentedLRU
+
+workloads = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # arrival step
+        st.integers(1, 200),  # prompt tokens
+        st.integers(1, 40),  # output tokens
+        st.integers(0, 3),  # shared-prefix group (prefix-cache hits)
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+def check_pool(scheduler):
+    """Every free block is in the queue exactly once and the count is exact."""
+    pool = scheduler.kv_cache_manager.block_pool
+    queue = pool.free_block_queue
+    queue.check_invariants()
+    free = [b for b in pool.blocks if b.ref_cnt == 0 and not b.is_null]
+    assert queue.num_free_blocks == len(free) == pool.get_num_free_blocks()
+    assert {b.block_id for b in queue.get_all_free_blocks()} == {b.block_id for b in free}
+
+
+def run(harness, workload, check=None):
+    """Per-step (scheduled tokens, preempted ids, finished ids) until everything finishes."""
+    trace, step = [], 0
+    pending = sorted(enumerate(workload), key=lambda item: item[1][0])
+    while pending or harness.has_requests():
+        while pending and pending[0][1][0] <= step:
+            index, (_, prompt, output, group) = pending.pop(0)
+            harness.add_request(f"r{index}", [group * 1000 + i % 50 for i in range(prompt)],
+                                output)
+        result = harness.step()
+        if check is not None:
+            check(harness.scheduler)
+        out = result.scheduler_output
+        trace.append((dict(out.num_scheduled_tokens), sorted(out.preempted_req_ids or ()),
+                      result.finished_request_ids))
+        harness.clock.advance(0.01)
+        step += 1
+        assert step < 2000, "workload did not drain"
+    return trace
+
+
+SHAPES = st.builds(lambda blocks, budget: EngineShape(num_blocks=blocks, max_num_seqs=8,
+                                                      max_num_batched_tokens=budget,
+                                                      max_model_len=1024),
+                   st.sampled_from([20, 40, 512]), st.sampled_from([64, 256]))
+
+
+def test_the_pipeline_installs_its_order_as_the_free_block_queue():
+    order = SegmentedLRU()
+    harness = SchedulerHarness.build(Pipeline(eviction=order), shape=EngineShape(num_blocks=64))
+    queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
+    assert isinstance(queue, PolicyFreeBlockQueue)
+    assert queue.num_free_blocks == 63  # all but vLLM's null block
+    assert isinstance(queue.order, SegmentedLRU)  # the engine's own (unpickled) copy
+    check_pool(harness.scheduler)
+
+
+def test_a_pipeline_without_eviction_keeps_vllms_queue():
+    harness = SchedulerHarness.build(Pipeline(), shape=EngineShape(num_blocks=64))
+    queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
+    assert not isinstance(queue, PolicyFreeBlockQueue)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workload=workloads, shape=SHAPES)
+def test_lru_order_schedules_exactly_like_stock_vllm(workload, shape):
+    """vLLM's LRU through our queue: same hits, preemptions and finishes, step by step."""
+    stock = run(SchedulerHarness.build(None, shape=shape), workload)
+    ours = run(SchedulerHarness.build(Pipeline(eviction=LRU()), shape=shape), workload,
+               check=check_pool)
+    assert ours == stock
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workload=workloads, shape=SHAPES)
+def test_segmented_lru_keeps_every_pool_invariant_and_leaks_nothing(workload, shape):
+    harness = SchedulerHarness.build(Pipeline(eviction=SegmentedLRU()), shape=shape)
+    run(harness, workload, check=check_pool)
+    pool = harness.scheduler.kv_cache_manager.block_pool
+    assert pool.get_num_free_blocks() == shape.num_blocks - 1  # everything came back
+    assert not harness.scheduler.requests
+
+
+def test_prefix_hits_are_served_from_the_queue():
+    shape = EngineShape(num_blocks=64, max_num_seqs=4, max_model_len=1024)
+    harness = SchedulerHarness.build(Pipeline(eviction=SegmentedLRU()), shape=shape)
+    prompt = [5 + i % 50 for i in range(160)]  # 10 full blocks
+    harness.add_request("first", prompt, 2)
+    while harness.has_requests():
+        harness.step()
+    harness.add_request("second", prompt, 2)
+    scheduled = harness.step().scheduler_output.num_scheduled_tokens["second"]
+    assert scheduled == 160 - 144  # 9 blocks hit; vLLM recomputes the block of the last token
+    queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
+    assert queue.order.stats().acquires == 9
+    check_pool(harness.scheduler)
+
+
+def test_a_preempted_requests_blocks_are_shielded():
+    shape = EngineShape(num_blocks=24, max_num_seqs=4, max_num_batched_tokens=256,
+                        max_model_len=1024)
+    harness = SchedulerHarness.build(Pipeline(eviction=SegmentedLRU()), shape=shape)
+    for i in range(3):  # three 100-token prompts growing by 120 tokens cannot all fit 23 blocks
+        harness.add_request(f"r{i}", [1000 * i + t % 50 for t in range(100)], 120)
+    preempted = 0
+    while harness.has_requests():
+        preempted += len(harness.step().scheduler_output.preempted_req_ids or ())
+        check_pool(harness.scheduler)
+    queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
+    assert preempted > 0
+    assert queue.order.stats().shielded > 0
+
+
+def test_popping_an_empty_queue_raises_like_vllm():
+    queue = PolicyFreeBlockQueue([], SegmentedLRU())
+    with pytest.raises(ValueError, match="No free blocks available"):
+        queue.popleft()

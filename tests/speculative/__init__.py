@@ -1,0 +1,1 @@
+"""Tests of the speculative-decoding policies, proposer and replay benchmark."""
