@@ -17,3 +17,13 @@ def finite_positive(_instance: object, attribute: attrs.Attribute, value: float)
     """``0 < value < inf``."""
     if not 0 < value < math.inf:
         raise ValueError(f"{attribute.name} must be finite and > 0, got {value!r}")
+
+
+def at_least(minimum: float):
+    """A validator of ``value >= minimum`` (NaN fails)."""
+
+    def check(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+        if not value >= minimum:
+            raise ValueError(f"{attribute.name} must be >= {minimum}, got {value!r}")
+
+    return check

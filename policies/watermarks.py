@@ -20,7 +20,7 @@ import math
 import attrs
 
 from policies.admission import AdmissionDecision
-from policies.validators import finite_non_negative, finite_positive
+from policies.validators import at_least, finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
 
 
@@ -37,13 +37,6 @@ def _check_usage(kv_usage: float) -> float:
         raise ValueError(f"kv_usage must be in [0, 1], got {kv_usage!r}")
     return kv_usage
 
-
-def _at_least(minimum: int):
-    def check(_instance: object, attribute: attrs.Attribute, value: int) -> None:
-        if value < minimum:
-            raise ValueError(f"{attribute.name} must be >= {minimum}, got {value!r}")
-
-    return check
 
 
 @attrs.frozen(kw_only=True)
@@ -74,15 +67,15 @@ class KVWatermarks:
     """In YELLOW, new requests with priority ``>=`` this are rejected (``kv_yellow``)."""
     high_priority_at_most: int = -1
     """In RED, only requests with priority ``<=`` this (and a short prompt) are admitted."""
-    red_max_prompt_tokens: int = attrs.field(default=1024, validator=_at_least(0))
+    red_max_prompt_tokens: int = attrs.field(default=1024, validator=at_least(0))
     """In RED, only prompts of at most this many tokens are admitted."""
     yellow_retry_after_s: float = attrs.field(default=2.0, validator=finite_non_negative)
     """Retry-After of a ``kv_yellow`` rejection."""
     red_retry_after_s: float = attrs.field(default=5.0, validator=finite_non_negative)
     """Retry-After of a ``kv_red`` rejection."""
-    base_quota_blocks: int = attrs.field(default=2048, validator=_at_least(1))
+    base_quota_blocks: int = attrs.field(default=2048, validator=at_least(1))
     """Quota of a priority-0 request on an empty cache (2048 blocks = 32k tokens at block 16)."""
-    min_quota_blocks: int = attrs.field(default=16, validator=_at_least(1))
+    min_quota_blocks: int = attrs.field(default=16, validator=at_least(1))
     """No request's quota falls below this many blocks."""
     quota_halving_priority_steps: float = attrs.field(default=5.0, validator=finite_positive)
     """Each this many priority steps less urgent halve the quota (see `priority_factor`)."""

@@ -24,16 +24,13 @@ import attrs
 import numpy as np
 
 from policies.speculative import _kernels as k
+from policies.validators import at_least
 
 Cursor = tuple[int, int]
 """A match position: ``(state, length_tokens)``; ``(0, 0)`` is the empty match."""
 
 EMPTY_CURSOR: Cursor = (0, 0)
 
-
-def _positive(_instance: object, attribute: attrs.Attribute, value: int) -> None:
-    if value < 1:
-        raise ValueError(f"{attribute.name} must be >= 1, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -72,11 +69,11 @@ class SuffixAutomaton:
     with a separator after each.
     """
 
-    initial_tokens: int = attrs.field(default=64, validator=_positive)
+    initial_tokens: int = attrs.field(default=64, validator=at_least(1))
     """Capacity reserved up front (arrays double when full)."""
-    max_count_walk_states: int = attrs.field(default=1024, validator=_positive)
+    max_count_walk_states: int = attrs.field(default=1024, validator=at_least(1))
     """Most suffix links one append walks to update occurrence counts."""
-    exact_counts_below: int = attrs.field(default=64, validator=_positive)
+    exact_counts_below: int = attrs.field(default=64, validator=at_least(1))
     """`draft` picks the most frequent continuation exactly at states with fewer continued
     occurrences than this; above, from a cached choice refreshed whenever the count has grown
     by 1/8 (bounds the cost at very common contexts)."""

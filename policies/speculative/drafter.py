@@ -26,13 +26,7 @@ import numpy as np
 from policies.speculative.automaton import AutomatonStats, Cursor, SuffixAutomaton
 from policies.speculative.budget import SpeculationBudget
 from policies.speculative.shared import SharedCacheStats, SharedCursors, SharedSuffixCache
-
-
-def _at_least(minimum: float):
-    def check(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-        if not value >= minimum:
-            raise ValueError(f"{attribute.name} must be >= {minimum}, got {value!r}")
-    return check
+from policies.validators import at_least
 
 
 def _probability(_instance: object, attribute: attrs.Attribute, value: float) -> None:
@@ -52,17 +46,17 @@ class DraftSource(enum.Enum):
 class DraftConfig:
     """How long a draft may be and when to stop it."""
 
-    max_draft_tokens: int = attrs.field(default=32, validator=_at_least(1))
+    max_draft_tokens: int = attrs.field(default=32, validator=at_least(1))
     """Hard cap on draft length (vLLM's ``num_speculative_tokens``)."""
-    match_scale: float = attrs.field(default=4.0, validator=_at_least(0.0))
+    match_scale: float = attrs.field(default=4.0, validator=at_least(0.0))
     """A draft has at most ``match_scale * match_tokens + match_offset_tokens`` tokens."""
-    match_offset_tokens: float = attrs.field(default=1.0, validator=_at_least(0.0))
+    match_offset_tokens: float = attrs.field(default=1.0, validator=at_least(0.0))
     """See ``match_scale``."""
     min_token_prob: float = attrs.field(default=0.1, validator=_probability)
     """Stop before the draft's cumulative probability falls below this floor."""
-    min_match_tokens: int = attrs.field(default=1, validator=_at_least(1))
+    min_match_tokens: int = attrs.field(default=1, validator=at_least(1))
     """Draft nothing from a match shorter than this (the minimum-match gate)."""
-    rematch_tokens: int = attrs.field(default=64, validator=_at_least(1))
+    rematch_tokens: int = attrs.field(default=64, validator=at_least(1))
     """Recent tokens re-matched against the shared cache after outputs were added to it."""
 
     def length_cap(self, match_tokens: int, limit_tokens: int) -> int:

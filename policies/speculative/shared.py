@@ -15,16 +15,11 @@ import attrs
 import numpy as np
 
 from policies.speculative.automaton import EMPTY_CURSOR, Cursor, SuffixAutomaton
+from policies.validators import at_least
 
 SEPARATOR = -1
 """Token appended after every cached output; drafts stop at it."""
 
-
-def _at_least(minimum: int):
-    def check(_instance: object, attribute: attrs.Attribute, value: int) -> None:
-        if value < minimum:
-            raise ValueError(f"{attribute.name} must be >= {minimum}, got {value!r}")
-    return check
 
 
 @attrs.frozen(kw_only=True)
@@ -65,9 +60,9 @@ class SharedCursors:
 class SharedSuffixCache:
     """A generalized suffix automaton over previous outputs that never exceeds ``max_tokens``."""
 
-    max_tokens: int = attrs.field(validator=_at_least(2))
+    max_tokens: int = attrs.field(validator=at_least(2))
     """Token budget over all generations (separators included)."""
-    generations: int = attrs.field(default=2, validator=_at_least(1))
+    generations: int = attrs.field(default=2, validator=at_least(1))
     """Automata kept; eviction drops the oldest, ``1/generations`` of the budget."""
     max_count_walk_states: int = 1024
     """Passed to each `SuffixAutomaton`."""

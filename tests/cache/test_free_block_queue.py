@@ -7,17 +7,9 @@ from hypothesis import strategies as st
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
 from integrations.vllm_v1.eviction import PolicyFreeBlockQueue
 from policies import LRU, SegmentedLRU
+from tests.integration.workloads import workloads
 
-workloads = st.lists(
-    st.tuples(
-        st.integers(0, 6),  # arrival step
-        st.integers(1, 200),  # prompt tokens
-        st.integers(1, 40),  # output tokens
-        st.integers(0, 3),  # shared-prefix group (prefix-cache hits)
-    ),
-    min_size=1,
-    max_size=14,
-)
+WORKLOADS = workloads(max_output_tokens=40, max_requests=14)
 
 
 def check_pool(scheduler):
@@ -74,7 +66,7 @@ def test_a_pipeline_without_eviction_keeps_vllms_queue():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workload=workloads, shape=SHAPES)
+@given(workload=WORKLOADS, shape=SHAPES)
 def test_lru_order_schedules_exactly_like_stock_vllm(workload, shape):
     """vLLM's LRU through our queue: same hits, preemptions and finishes, step by step."""
     stock = run(SchedulerHarness.build(None, shape=shape), workload)
@@ -84,7 +76,7 @@ def test_lru_order_schedules_exactly_like_stock_vllm(workload, shape):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workload=workloads, shape=SHAPES)
+@given(workload=WORKLOADS, shape=SHAPES)
 def test_segmented_lru_keeps_every_pool_invariant_and_leaks_nothing(workload, shape):
     harness = SchedulerHarness.build(Pipeline(eviction=SegmentedLRU()), shape=shape)
     run(harness, workload, check=check_pool)

@@ -4,17 +4,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from tests.integration.workloads import workloads
 
-requests = st.lists(
-    st.tuples(
-        st.integers(0, 6),  # arrival step
-        st.integers(1, 200),  # prompt tokens
-        st.integers(1, 80),  # output tokens
-        st.integers(0, 3),  # shared-prefix group (prefix-cache hits)
-    ),
-    min_size=1,
-    max_size=16,
-)
+requests = workloads(max_output_tokens=80, max_requests=16)
 
 
 def run(harness, workload):
