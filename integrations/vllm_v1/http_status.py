@@ -9,9 +9,11 @@ token or a finish reason) and, if it is such a rejection, answers instead with
 server is overloaded), a ``Retry-After`` header and an OpenAI-style error body.
 Everything else passes through unchanged.
 
-Known gap: for a *streaming* request vLLM 0.32 drops the aborted output and sends
-only ``data: [DONE]``, so the reason never reaches this middleware and the client
-sees an empty 200 stream.
+For a *streaming* request vLLM 0.32 drops the aborted output and sends only
+``data: [DONE]``, so the reason never reaches this middleware. A stream that ends
+without a token, a finish reason or an error can only be a request the engine
+dropped before its first token: it becomes a 503 with ``Retry-After: 1`` whose
+message says the reason is only reported for non-streaming requests.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ REJECTION = re.compile(r"^rejected:(?P<reason>[^;]*);retry_after_s=(?P<retry>[0-
 CLIENT_QUOTA_PREFIXES = ("rate_limited", "class_full", "tenant_")
 """Reasons that are the client's own quota (429); every other rejection is overload (503)."""
 MAX_HELD_BYTES = 1 << 20
+STREAM_REJECTION = ("dropped before its first token (the reason is reported on "
+                    "non-streaming requests only)")
 
 
 def rejection_status(reason: str) -> int:
@@ -96,6 +100,11 @@ class RejectionStatusMiddleware:
             if verdict is not None and (rejection := find_rejection(verdict)):
                 state["holding"] = False
                 await _send_rejection(send, *rejection)
+                return
+            if finished and verdict is None and state["streaming"] and not any(
+                    isinstance(p, dict) and "error" in p for p in payloads):
+                state["holding"] = False
+                await _send_rejection(send, STREAM_REJECTION, 1.0)
                 return
             if verdict is not None or finished or len(state["body"]) > MAX_HELD_BYTES:
                 state["holding"] = False

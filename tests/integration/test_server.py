@@ -102,3 +102,12 @@ def test_streaming_chat_works_through_the_middleware(server):
                   if line.startswith("data: ")]
     assert events[-1] == "data: [DONE]"
     assert len(events) >= 3
+
+
+def test_a_streamed_rejection_is_a_503_not_an_empty_stream(server):
+    body = {"model": server_model(server), "prompt": "Hello", "max_tokens": 4, "stream": True,
+            "vllm_xargs": {"slo_class": "echo"}}
+    status, reply, headers = post(server, "/v1/completions", body, with_headers=True)
+    assert status == 503, reply
+    assert headers["Retry-After"] == "1"
+    assert "dropped before its first token" in reply["error"]["message"]
