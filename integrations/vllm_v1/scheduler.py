@@ -11,8 +11,9 @@ Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
 * admission: ``add_request`` asks the admission and watermark policies; a
   rejection (or a deadline that expires while waiting) finishes the request with
   ``finish_reason="abort"`` and ``stop_reason="rejected:<reason>;retry_after_s=<s>"``;
-* per-request token cap: ``_reserve_prefill_lookahead`` clamps prefill chunks
-  (a cap of 0 skips a running request this step);
+* per-request token cap: ``_reserve_prefill_lookahead`` clamps prefill chunks to
+  the rate policy's cap and the `KVWatermarks` block quota (a cap of 0 skips a
+  running request this step);
 * accounting: ``_update_after_schedule`` tells the rate, level and fairness
   policies what each request received; ``_preempt_request`` tells the levels.
 
@@ -39,6 +40,7 @@ from policies import (
     AdmissionDecision,
     DeadlinePolicy,
     InvalidRequestMetadata,
+    KVWatermarks,
     LifecycleObserver,
     LoadSnapshot,
     RequestMetadata,
@@ -239,20 +241,39 @@ class PolicySchedulerMixin:
         num_new_tokens = super()._reserve_prefill_lookahead(
             request, num_computed_tokens, num_new_tokens
         )
-        rate = self.pipeline.rate
-        if rate is None or num_computed_tokens >= request.num_prompt_tokens:
+        if num_computed_tokens >= request.num_prompt_tokens:
             return num_new_tokens  # decodes are never capped
-        assert self._load is not None
-        cap = rate.token_cap(self._view(request), self._load)
-        if cap is None:
+        caps = [cap for cap in (self._rate_cap(request),
+                                self._kv_quota_cap(request, num_computed_tokens))
+                if cap is not None]
+        if not caps:
             return num_new_tokens
         # A running request may be skipped this step (0); a waiting one would end vLLM's
         # waiting pass for everyone behind it, so it keeps at least one token.
         floor = 0 if request.status == RequestStatus.RUNNING else 1
-        capped = min(num_new_tokens, max(cap, floor))
+        capped = min(num_new_tokens, max(min(caps), floor))
         if self._metrics is not None and capped < num_new_tokens:
             self._metrics.throttled(self._tenant_of(request), num_new_tokens - capped)
         return capped
+
+    def _rate_cap(self, request: Request) -> int | None:
+        if self.pipeline.rate is None:
+            return None
+        assert self._load is not None
+        return self.pipeline.rate.token_cap(self._view(request), self._load)
+
+    def _kv_quota_cap(self, request: Request, num_computed_tokens: int) -> int | None:
+        """Prefill tokens left under the request's KV-block quota (`KVWatermarks.block_quota`).
+
+        The head of the running list is exempt (as is a request when nothing runs), so one
+        request always progresses, finishes and frees blocks: quotas cannot stall the engine.
+        """
+        watermarks = self.pipeline.watermarks
+        if not isinstance(watermarks, KVWatermarks) or not self.running or \
+                self.running[0] is request:
+            return None
+        quota_blocks = watermarks.block_quota(self._view(request), self.kv_cache_manager.usage)
+        return max(0, quota_blocks * self.block_size - num_computed_tokens)
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         pipeline = self.pipeline

@@ -3,7 +3,7 @@
 import pytest
 
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
-from policies import MLFQ, WFQ, EDFRanker, QoSRanker, TenantQuota, TokenBucket
+from policies import MLFQ, WFQ, EDFRanker, KVWatermarks, QoSRanker, TenantQuota, TokenBucket
 
 
 def run(harness, limit=20000):
@@ -147,3 +147,33 @@ def test_tenant_quota_holds_a_tenant_to_its_share_of_running_slots_while_others_
 def test_quotas_need_a_fairness_policy():
     with pytest.raises(ValueError, match="quotas needs a fairness policy"):
         Pipeline(quotas=TenantQuota())
+
+
+def test_kv_watermark_quota_holds_a_long_prefill_while_the_head_request_runs():
+    watermarks = KVWatermarks(base_quota_blocks=8, min_quota_blocks=4)  # 8 blocks of 16 tokens
+    harness = SchedulerHarness.build(
+        Pipeline(watermarks=watermarks),
+        shape=EngineShape(num_blocks=64, block_size=16, max_num_batched_tokens=256))
+    harness.add_request("head", range(100), 40)
+    harness.step()  # head runs: the quota applies to everyone behind it
+    long_request = harness.add_request("long", range(1000, 1600), 2)
+    most = 0
+    while harness.scheduler.requests.get("head") is not None:
+        harness.step()
+        harness.clock.advance(0.01)
+        most = max(most, long_request.num_computed_tokens)
+    assert 0 < most <= 8 * 16  # held at its quota (at most 8 blocks, less as usage grows)
+    _, finished, _ = run(harness)
+    assert finished == ["long"]  # alone at the head, it is no longer held
+
+
+def test_kv_watermark_quota_never_stalls_the_engine():
+    # A quota far below every prompt: the head of the running list still progresses.
+    harness = SchedulerHarness.build(
+        Pipeline(watermarks=KVWatermarks(base_quota_blocks=1, min_quota_blocks=1)),
+        shape=EngineShape(num_blocks=256, block_size=16, max_num_seqs=4,
+                          max_num_batched_tokens=64))
+    for i in range(4):
+        harness.add_request(f"r{i}", range(i * 1000, i * 1000 + 300), 3)
+    _, finished, _ = run(harness)
+    assert sorted(finished) == ["r0", "r1", "r2", "r3"]
