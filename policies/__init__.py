@@ -30,6 +30,17 @@ from policies.metadata import (
     RequestMetadata,
     parse_request_metadata,
 )
+from policies.pd_router import (
+    InstanceLoad,
+    LeastLoadedRouter,
+    PDRouter,
+    PDRouterStats,
+    PrefixIndex,
+    RoundRobinRouter,
+    RouteDecision,
+    RouteReason,
+    chain_keys,
+)
 from policies.protocols import (
     AdmissionPolicy,
     DeadlinePolicy,
@@ -60,6 +71,15 @@ from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [
+    "InstanceLoad",
+    "LeastLoadedRouter",
+    "PDRouter",
+    "PDRouterStats",
+    "PrefixIndex",
+    "RoundRobinRouter",
+    "RouteDecision",
+    "RouteReason",
+    "chain_keys",
     "PrefillBudgetStats",
     "TenantPrefillBudget",
     "TenantQuota",

@@ -1,0 +1,1 @@
+"""Prefill/decode cluster replay: routers compared on a trace, in virtual time."""

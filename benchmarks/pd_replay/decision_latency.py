@@ -1,0 +1,68 @@
+"""``python -m benchmarks.pd_replay.decision_latency``: `PDRouter.route` time vs instance count.
+
+Half the instances prefill, half decode; the prefix index is warmed with the
+first ``--warm`` requests of a trace, then each timed call routes the next
+request under random loads. Prints and returns per-call p50/p99 in microseconds,
+from the repeat with the lowest p50 (``--repeats``, as ``timeit`` takes the best:
+on a shared machine the others measure the neighbours).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+import numpy as np
+
+from benchmarks.replay.datasets import load_trace
+from policies.pd_router import InstanceLoad, PDRouter, chain_keys
+
+
+def measure(num_instances: int, keys: list[list[int]], prompts: list[int], *, block_size: int,
+            warm: int, seed: int = 0) -> dict:
+    """Route ``keys[warm:]`` once each after routing ``keys[:warm]``; per-call times in µs."""
+    rng = random.Random(seed)
+    half = num_instances // 2
+    router = PDRouter(prefill=[f"p{i}" for i in range(half)],
+                      decode=[f"d{i}" for i in range(num_instances - half)],
+                      block_size_tokens=block_size, rng=random.Random(seed))
+    names = router.prefill + router.decode
+    loads = {n: InstanceLoad(queued_prefill_tokens=rng.randrange(50_000),
+                             running_decodes=rng.randrange(256), kv_usage=rng.random())
+             for n in names}
+    for i in range(warm):
+        router.route(str(i), prompts[i], keys[i], loads)
+    times = []
+    for i in range(warm, len(keys)):
+        started = time.perf_counter()
+        router.route(str(i), prompts[i], keys[i], loads)
+        times.append(time.perf_counter() - started)
+    router.check_invariants()
+    micros = np.asarray(times) * 1e6
+    return {"instances": num_instances, "calls": len(times),
+            "p50_us": float(np.percentile(micros, 50)), "p99_us": float(np.percentile(micros, 99))}
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="mooncake-conv")
+    parser.add_argument("--instances", default="4,16,64,256")
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--warm", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    trace = load_trace(args.trace, max_requests=args.requests)
+    keys = [chain_keys(r.block_hashes) for r in trace.requests]
+    prompts = [r.prompt_tokens for r in trace.requests]
+    rows = [min((measure(int(n), keys, prompts, block_size=trace.block_size or 512,
+                         warm=args.warm) for _ in range(args.repeats)),
+                key=lambda row: row["p50_us"])
+            for n in args.instances.split(",")]
+    print(json.dumps(rows, indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,153 @@
+"""Start an NP:MD disaggregated deployment on this machine: vLLM servers plus the PD router.
+
+`PDDeployment.start` spawns ``prefill`` + ``decode`` vLLM OpenAI servers (each a
+`LocalServer` running a `Pipeline`) wired with vLLM's shared-storage
+``ExampleConnector`` (works on CPU), and serves a `PDProxy` in front of them
+from a background thread. ``ExampleConnector`` keys stored KV by the prompt's
+token ids, so the storage directory is emptied at start (stale files would be
+reused) and prompts move whole blocks only: use a small ``--block-size`` (32 on
+CPU) so short prompts transfer anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+from aiohttp import web
+
+from integrations.vllm_v1.pd_proxy import PDProxy
+from integrations.vllm_v1.pipeline import Pipeline
+from integrations.vllm_v1.server import LocalServer
+from policies.pd_router import PDRouter
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def example_connector_config(role: str, storage_dir: str | Path) -> str:
+    """``--kv-transfer-config`` for vLLM's shared-storage connector (``kv_producer``/``kv_consumer``)."""
+    return json.dumps({"kv_connector": "ExampleConnector", "kv_role": role,
+                       "kv_connector_extra_config": {"shared_storage_path": str(storage_dir)}})
+
+
+@attrs.define(eq=False)
+class ProxyServer:
+    """A `PDProxy` served by aiohttp on its own event loop in a daemon thread."""
+
+    url: str
+    _loop: asyncio.AbstractEventLoop
+    _runner: web.AppRunner
+    _thread: threading.Thread
+
+    @classmethod
+    def start(cls, proxy: PDProxy, *, host: str = "127.0.0.1", port: int = 0) -> ProxyServer:
+        """Listen on ``host:port`` (0: a free port) and return once it accepts connections."""
+        port = port or free_port(host)
+        loop = asyncio.new_event_loop()
+        runner = web.AppRunner(proxy.app())
+        loop.run_until_complete(runner.setup())
+        loop.run_until_complete(web.TCPSite(runner, host, port).start())
+        thread = threading.Thread(target=loop.run_forever, name="pd-proxy", daemon=True)
+        thread.start()
+        return cls(f"http://{host}:{port}", loop, runner, thread)
+
+    def stop(self) -> None:
+        """Close connections, stop the loop and join the thread."""
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(30)
+        self._loop.close()
+
+
+@attrs.define(eq=False)
+class PDDeployment:
+    """Prefill and decode vLLM servers with the PD router in front; a context manager."""
+
+    servers: dict[str, LocalServer]
+    """Instance name (``prefill0``, ``decode0``, ...) -> its server."""
+    proxy: PDProxy
+    proxy_server: ProxyServer
+    storage_dir: Path
+
+    @property
+    def url(self) -> str:
+        """The router's base URL (OpenAI endpoints under ``/v1``)."""
+        return self.proxy_server.url
+
+    @classmethod
+    def start(cls, model: str, *, prefill: int = 1, decode: int = 1,
+              pipeline: Pipeline | None = None, router: object | None = None,
+              host: str = "127.0.0.1", port: int = 0, storage_dir: str | Path | None = None,
+              vllm_args: Sequence[str] = (), log_dir: str | Path | None = None) -> PDDeployment:
+        """Spawn the servers and the router; call `wait_until_healthy` before sending requests.
+
+        ``router`` defaults to a `PDRouter` over ``prefill0..`` and ``decode0..`` that
+        never skips the prefill pool. ``vllm_args`` go to every server (e.g.
+        ``--block-size 32 --max-model-len 512``).
+        """
+        storage = Path(storage_dir or tempfile.mkdtemp(prefix="pd-kv-"))
+        shutil.rmtree(storage, ignore_errors=True)
+        storage.mkdir(parents=True)
+        logs = Path(log_dir or tempfile.mkdtemp(prefix="pd-logs-"))
+        logs.mkdir(parents=True, exist_ok=True)
+        pools = {"prefill": [f"prefill{i}" for i in range(prefill)],
+                 "decode": [f"decode{i}" for i in range(decode)]}
+        roles = {"prefill": "kv_producer", "decode": "kv_consumer"}
+        servers: dict[str, LocalServer] = {}
+        try:
+            for pool, names in pools.items():
+                for name in names:
+                    args = (*vllm_args, "--kv-transfer-config",
+                            example_connector_config(roles[pool], storage))
+                    servers[name] = LocalServer.start(
+                        pipeline or Pipeline(), model, host=host, port=free_port(host),
+                        vllm_args=args, log_path=str(logs / f"{name}.log"))
+            router = router or PDRouter(prefill=pools["prefill"], decode=pools["decode"],
+                                        block_size_tokens=16, skip_prefill_max_tokens=0)
+            proxy = PDProxy(prefill_urls={n: servers[n].url for n in pools["prefill"]},
+                            decode_urls={n: servers[n].url for n in pools["decode"]},
+                            router=router)
+            proxy_server = ProxyServer.start(proxy, host=host, port=port)
+        except BaseException:
+            for server in servers.values():
+                server.stop()
+            raise
+        return cls(servers, proxy, proxy_server, storage)
+
+    def wait_until_healthy(self, timeout_s: float = 300.0) -> None:
+        """Block until every vLLM server answers ``/health``, then the router's too."""
+        for server in self.servers.values():
+            server.wait_until_healthy(timeout_s)
+        with urllib.request.urlopen(f"{self.url}/health", timeout=10) as answer:
+            if answer.status != 200:
+                raise urllib.error.HTTPError(self.url, answer.status, "router unhealthy",
+                                             answer.headers, None)
+
+    def stop(self) -> None:
+        """Stop the router, then every server; remove the KV storage directory."""
+        try:
+            self.proxy_server.stop()
+        finally:
+            for server in self.servers.values():
+                server.stop()
+            shutil.rmtree(self.storage_dir, ignore_errors=True)
+
+    def __enter__(self) -> PDDeployment:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
