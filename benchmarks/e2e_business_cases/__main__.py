@@ -7,7 +7,8 @@ Example:
 Replays the five-phase, seven-tenant workload (`workload`) through every system
 (`systems`) on vLLM's real scheduler in virtual time and writes ``OUT/summary.json``
 (`study`), ``OUT/report.md`` (`report`) and the figures of `plots.FIGURES`; prints the
-headline table and the targets.
+headline table and the targets. With ``--live``, plays a scaled-down version of the same
+workload through real CPU vLLM servers over HTTP instead (`live`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from benchmarks.e2e_business_cases.live import LIVE_SYSTEMS, main_live
 from benchmarks.e2e_business_cases.plots import FIGURES, plot_all
 from benchmarks.e2e_business_cases.report import console_table, markdown_report
 from benchmarks.e2e_business_cases.study import run_study
@@ -39,18 +41,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--phase-s", type=float, default=None,
                         help="seconds per phase (overrides --quick)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed")
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help=f"comma-separated subset of {','.join(SYSTEMS)}")
+    parser.add_argument("--systems", default=None,
+                        help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all; "
+                             f"with --live: {','.join(LIVE_SYSTEMS)})")
+    parser.add_argument("--live", action="store_true",
+                        help="a scaled-down run through real CPU vLLM servers over HTTP "
+                             "(writes live_summary.json, live_report.md; see `live`)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
+    if args.live:
+        return main_live(args.out, quick=args.quick, seed=args.seed,
+                         systems=(args.systems or ",".join(LIVE_SYSTEMS)).split(","))
     started = time.perf_counter()
     phase_s = args.phase_s or (QUICK_PHASE_S if args.quick else PHASE_S)
     workload = business_workload(seed=args.seed, phase_s=phase_s)
-    systems = args.systems.split(",")
+    systems = (args.systems or ",".join(SYSTEMS)).split(",")
     with tqdm(total=len(workload.trace.requests) * len(systems), unit="req") as bar:
         def progress(system: str):
             bar.set_description(system)

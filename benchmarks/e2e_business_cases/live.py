@@ -1,0 +1,261 @@
+"""The business case live: the same workload, scaled down, through a real CPU vLLM over HTTP.
+
+`business_workload` builds the same seven-tenant, five-phase trace as the
+replay study, with short phases (time scaled by ``phase_s / 60``) and a lower
+base rate; `live_requests` turns each request into token ids of a scaled
+length (the tenant's system prompt stays a shared, versioned prefix) for the
+embedded tiny model. Each system gets its own OpenAI server in turn:
+
+- ``fcfs``, ``priority``: stock vLLM (``--scheduling-policy``), no pipeline;
+- ``pipeline``, ``pipeline+fixes``: `systems.PIPELINES` via `Pipeline.serve`.
+
+`live_client.play` streams every request at its arrival time and records it
+client-side; `phase_metrics.run_phases` summarises each phase as in the replay
+study, so `report` formats the result. It is a tiny CPU model sharing the
+machine with the client: only the relative behaviour of the systems means
+anything, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import zlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+
+from benchmarks.e2e_business_cases.live_client import LiveRequest, play
+from benchmarks.e2e_business_cases.phase_metrics import run_phases
+from benchmarks.e2e_business_cases.report import console_table, markdown_report
+from benchmarks.e2e_business_cases.systems import PIPELINES, SYSTEMS
+from benchmarks.e2e_business_cases.targets import evaluate
+from benchmarks.e2e_business_cases.workload import (
+    BASE_RATE_SCALE,
+    BusinessWorkload,
+    business_workload,
+)
+from benchmarks.replay.metrics import DEFAULT_SLOS
+from benchmarks.replay.records import SystemRun
+from integrations.vllm_v1.server import API_SERVER_MODULE, LocalServer, offline_env
+from integrations.vllm_v1.tiny_model import tiny_model_dir
+
+LIVE_SYSTEMS = ("fcfs", "pipeline+fixes")
+"""The systems a live run compares by default (one server each, one after the other)."""
+REFERENCE_PHASE_S = 60.0
+"""The replay study's phase length: live durations are scaled by ``phase_s / 60``."""
+VOCAB = (3, 4096)
+"""Token ids the prompts draw from: the tiny model's vocabulary without ``<s>``, ``</s>``, pad."""
+
+
+@attrs.frozen(kw_only=True)
+class LiveScale:
+    """How the business workload shrinks to fit a tiny CPU engine and a few minutes.
+
+    Time: phases of ``phase_s`` seconds; cancellations and deadlines scaled by
+    ``phase_s / 60``. Rate: base rates ``rate_scale`` times the enterprise
+    tenants' (the replay uses `BASE_RATE_SCALE`). Lengths: prompts and outputs
+    times ``token_scale`` (at least one token), outputs capped at ``max_output_tokens``,
+    prompts capped to fit ``max_model_len``.
+    """
+
+    phase_s: float = attrs.field(default=12.0, validator=attrs.validators.gt(0))
+    rate_scale: float = attrs.field(default=2 * BASE_RATE_SCALE,
+                                    validator=attrs.validators.gt(0))
+    """Twice the replay's base rate: the tiny engine is lightly loaded in the baseline and
+    overloaded in phase 5, as the replay's engine is."""
+    token_scale: float = attrs.field(default=1 / 8, validator=attrs.validators.gt(0))
+    max_output_tokens: int = attrs.field(default=64, validator=attrs.validators.gt(0))
+    max_model_len: int = attrs.field(default=2048, validator=attrs.validators.gt(0))
+    max_num_seqs: int = attrs.field(default=8, validator=attrs.validators.gt(0))
+    """Running slots of the live engine: few, so that the waiting queue's order matters."""
+    max_num_batched_tokens: int = attrs.field(default=256, validator=attrs.validators.gt(0))
+    """Tokens per step: a long prompt's prefill takes several steps, as on a real engine."""
+
+    @property
+    def time_scale(self) -> float:
+        """Live seconds per second of the replay study."""
+        return self.phase_s / REFERENCE_PHASE_S
+
+    def vllm_args(self) -> tuple[str, ...]:
+        """Server flags shared by every system: tiny model, dummy weights, this engine size."""
+        return ("--load-format", "dummy", "--dtype", "float32", "--enforce-eager",
+                "--max-model-len", str(self.max_model_len),
+                "--max-num-seqs", str(self.max_num_seqs),
+                "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+                "--enable-prompt-tokens-details", "--disable-uvicorn-access-log",
+                "--block-size", "32", "--seed", "0")
+
+
+QUICK = LiveScale(phase_s=6.0)
+"""``--live --quick``: 6 s phases (30 s of traffic per system; the default has 12 s)."""
+
+
+def _tokens(seed: int, count: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(*VOCAB) for _ in range(count)]
+
+
+def live_requests(workload: BusinessWorkload, scale: LiveScale) -> list[LiveRequest]:
+    """Each request of ``workload`` with a token-id prompt of its scaled length.
+
+    The prompt opens with the request's system-prompt blocks, each hash giving
+    the same ``block_size * token_scale`` tokens wherever it appears (so a
+    tenant's requests share a cacheable prefix, and a prompt version switch
+    changes it), then tokens drawn from the request id.
+    """
+    per_block = max(1, round(workload.trace.block_size * scale.token_scale))
+    requests = []
+    for request in workload.trace.requests:
+        max_tokens = min(scale.max_output_tokens,
+                         max(1, round(request.output_tokens * scale.token_scale)))
+        length = min(max(1, round(request.prompt_tokens * scale.token_scale)),
+                     scale.max_model_len - max_tokens)
+        prefix = [t for h in request.block_hashes for t in _tokens(h, per_block)][:length]
+        own = _tokens(zlib.crc32(request.request_id.encode()), length - len(prefix))
+        requests.append(LiveRequest(
+            request=request, prompt_token_ids=tuple(prefix + own), max_tokens=max_tokens,
+            cancel_after_s=None if request.cancel_after_s is None
+            else request.cancel_after_s * scale.time_scale,
+            deadline_ms=None if request.deadline_s is None
+            else request.deadline_s * scale.time_scale * 1000))
+    return requests
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(system: str, scale: LiveScale, *, log_path: Path) -> LocalServer:
+    """An OpenAI server on the tiny model for one of `SYSTEMS` (stock: no pipeline at all)."""
+    model = str(tiny_model_dir("dummy"))
+    port = free_port()
+    if system in PIPELINES:
+        return PIPELINES[system]().serve(model, port=port, vllm_args=scale.vllm_args(),
+                                         log_path=str(log_path))
+    if system not in SYSTEMS:
+        raise ValueError(f"unknown system {system!r}: use one of {', '.join(SYSTEMS)}")
+    argv = [sys.executable, "-m", API_SERVER_MODULE, "--model", model, "--host", "127.0.0.1",
+            "--port", str(port), "--scheduling-policy", system, *scale.vllm_args()]
+    with open(log_path, "wb") as sink:
+        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
+                                   env=offline_env(), start_new_session=True)
+    return LocalServer(process, f"http://127.0.0.1:{port}", log_path)
+
+
+def served_model(server: LocalServer) -> str:
+    """The model name the server answers to."""
+    with urllib.request.urlopen(f"{server.url}/v1/models", timeout=30) as response:
+        return json.load(response)["data"][0]["id"]
+
+
+def _warm_up(server: LocalServer, model: str) -> None:
+    """One small request, so that the first timed request does not pay for lazy setup."""
+    body = json.dumps({"model": model, "prompt": [5, 6, 7], "max_tokens": 2}).encode()
+    request = urllib.request.Request(f"{server.url}/v1/completions", data=body,
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        response.read()
+
+
+def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *,
+               log_dir: Path) -> tuple[SystemRun, dict]:
+    """Start ``system``'s server, play ``requests`` through it, stop it; the run and timings."""
+    started = time.perf_counter()
+    with start_server(system, scale, log_path=log_dir / f"{system}.log") as server:
+        server.wait_until_healthy(timeout_s=600)
+        model = served_model(server)
+        _warm_up(server, model)
+        ready_s = time.perf_counter() - started
+        records, samples = asyncio.run(play(server.url, model, requests,
+                                            with_priority=system != "fcfs"))
+        played_s = time.perf_counter() - started - ready_s
+    run = SystemRun(system=system, records=tuple(records), samples=tuple(samples),
+                    preemptions=0, steps=0, makespan_s=max(
+                        (r.finish_s for r in records if r.finish_s is not None), default=0.0),
+                    busy_s=0.0, wall_s=played_s)
+    return run, {"server_ready_s": ready_s, "played_s": played_s}
+
+
+def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,
+                   systems: Sequence[str] = LIVE_SYSTEMS, phases: int | None = None,
+                   log_dir: Path | None = None,
+                   progress: Callable[[str], None] | None = None) -> dict:
+    """Play the scaled workload through each system's live server in turn; a study summary.
+
+    The summary has the replay study's shape (``config``, ``phases`` with a
+    `phase_metrics.phase_metrics` per system, ``targets``) plus ``live``: the
+    scale, and per system the server start-up and play times. ``phases`` keeps
+    only the first so many phases' requests (all by default), for tiny runs.
+    """
+    workload = business_workload(seed=seed, phase_s=scale.phase_s, rate_scale=scale.rate_scale)
+    if phases is not None:
+        workload = attrs.evolve(workload, phases=workload.phases[:phases], trace=attrs.evolve(
+            workload.trace, requests=tuple(r for r in workload.trace.requests
+                                           if r.arrival_s < phases * scale.phase_s)))
+    requests = live_requests(workload, scale)
+    log_dir = log_dir or Path(tempfile.mkdtemp(prefix="live-business-case-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    per_system, timings = {}, {}
+    for system in systems:
+        if progress:
+            progress(system)
+        run, timings[system] = run_system(system, requests, scale, log_dir=log_dir)
+        per_system[system] = run_phases(run, workload, DEFAULT_SLOS)
+        timings[system]["records"] = _outcomes(run)
+    summary = {
+        "config": {"requests": len(requests), "phase_s": scale.phase_s, "seed": seed,
+                   "switch_tenant": workload.switch_tenant, "switch_s": workload.switch_s,
+                   "weights": workload.weights,
+                   "slos": {k: attrs.asdict(v) for k, v in DEFAULT_SLOS.items()},
+                   "model": "tiny-llama (dummy weights, CPU)"},
+        "live": {"scale": attrs.asdict(scale), "systems": timings,
+                 "prompt_tokens": sum(len(r.prompt_token_ids) for r in requests),
+                 "max_tokens": sum(r.max_tokens for r in requests)},
+        "phases": [{"name": phase.name, "start_s": i * scale.phase_s,
+                    "end_s": (i + 1) * scale.phase_s,
+                    "systems": {system: per_system[system][i] for system in systems}}
+                   for i, phase in enumerate(workload.phases)],
+    }
+    summary["targets"] = evaluate(summary)
+    return summary
+
+
+def _outcomes(run: SystemRun) -> dict[str, int]:
+    counts = {"offered": len(run.records)}
+    for outcome in ("completed", "rejected", "cancelled"):
+        counts[outcome] = sum(r.outcome == outcome for r in run.records)
+    return counts
+
+
+def write_live(summary: dict, out: Path) -> None:
+    """``out/live_summary.json`` and ``out/live_report.md`` (the replay report's tables)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "live_summary.json").write_text(json.dumps(summary, indent=1))
+    header = ("Live run: tiny CPU model over HTTP, client-side times; only the relative "
+              "behaviour of the systems means anything.\n\n")
+    (out / "live_report.md").write_text(header + markdown_report(summary) + "\n")
+
+
+def main_live(out: Path, *, quick: bool, seed: int, systems: Sequence[str]) -> dict:
+    """The ``--live`` command: run, write, print the headline."""
+    started = time.perf_counter()
+    summary = run_live_study(scale=QUICK if quick else LiveScale(), seed=seed, systems=systems,
+                             log_dir=out / "logs",
+                             progress=lambda s: print(f"live: {s} ...", flush=True))
+    write_live(summary, out)
+    print(console_table(summary))
+    print(f"\nwrote live_summary.json, live_report.md to {out} "
+          f"in {time.perf_counter() - started:.0f} s")
+    return summary

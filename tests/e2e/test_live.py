@@ -1,0 +1,129 @@
+"""The live business case: prompts built from the workload, the HTTP client's outcomes
+against a stub server, and one tiny live run through a real CPU vLLM server."""
+
+import asyncio
+import json
+
+import attrs
+import pytest
+from aiohttp import web
+
+from benchmarks.e2e_business_cases.live import LiveScale, live_requests, run_live_study, write_live
+from benchmarks.e2e_business_cases.live_client import LiveRequest, parse_gauges, play
+from benchmarks.e2e_business_cases.workload import (
+    BASE_RATE_SCALE,
+    PHASES,
+    SWITCH_TENANT,
+    business_workload,
+)
+from benchmarks.replay.trace import TraceRequest
+
+SCALE = LiveScale(phase_s=2.0)
+
+
+def test_prompts_fit_the_model_and_share_the_tenant_prefix_until_the_switch():
+    workload = business_workload(phase_s=SCALE.phase_s, rate_scale=SCALE.rate_scale)
+    requests = live_requests(workload, SCALE)
+    assert len(requests) == len(workload.trace.requests)
+    assert all(len(r.prompt_token_ids) + r.max_tokens <= SCALE.max_model_len for r in requests)
+    assert all(1 <= r.max_tokens <= SCALE.max_output_tokens for r in requests)
+    prefix = 32 * 2  # 32 system-prompt blocks of 16 tokens, scaled by 1/8
+    switched = [r for r in requests if r.request.tenant == SWITCH_TENANT]
+    before = {r.prompt_token_ids[:prefix] for r in switched
+              if r.request.arrival_s < workload.switch_s}
+    after = {r.prompt_token_ids[:prefix] for r in switched
+             if r.request.arrival_s >= workload.switch_s}
+    assert len(before) == 1 and len(after) == 1 and before != after
+    cancels = [r for r in requests if r.request.cancel_after_s is not None]
+    assert all(r.cancel_after_s == pytest.approx(r.request.cancel_after_s * SCALE.time_scale)
+               for r in cancels)
+
+
+def test_metrics_page_gauges_become_an_engine_sample():
+    page = ('# HELP vllm:num_requests_waiting x\nvllm:num_requests_waiting{model="m"} 7.0\n'
+            'vllm:num_requests_running{model="m"} 3.0\n'
+            'vllm:kv_cache_usage_perc{model="m"} 0.25\n')
+    sample = parse_gauges(page, 1.5)
+    assert (sample.time_s, sample.waiting, sample.running, sample.kv_usage) == (1.5, 7, 3, 0.25)
+
+
+def _event(payload):
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+async def _stub(request):
+    """Answers by the prompt's first token: 1 -> 503, 2 -> empty stream, 3 -> never ends."""
+    body = await request.json()
+    kind = body["prompt"][0]
+    if kind == 1:
+        return web.json_response(
+            {"error": {"message": "request rejected by the scheduler: queue_full; retry after "
+                                  "2 s"}}, status=503, headers={"Retry-After": "2"})
+    response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await response.prepare(request)
+    if kind == 3:
+        await response.write(_event({"choices": [{"text": "a", "finish_reason": None}]}))
+        await asyncio.Event().wait()  # until the client closes the stream
+    if kind == 4:
+        for text, finish in (("a", None), ("", None), ("b", "length")):
+            await response.write(_event({"choices": [{"text": text, "finish_reason": finish}]}))
+        await response.write(_event({"choices": [], "usage": {
+            "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 2}}}))
+    await response.write(b"data: [DONE]\n\n")
+    return response
+
+
+def _live(kind, **fields):
+    request = TraceRequest(request_id=f"r{kind}", arrival_s=0.0, prompt_tokens=40,
+                           output_tokens=4, tenant="acme-bank", slo_class="gold")
+    return LiveRequest(request=request, prompt_token_ids=(kind, 9, 9, 9), max_tokens=4,
+                       **fields)
+
+
+async def _play_against_stub(requests):
+    app = web.Application()
+    app.router.add_post("/v1/completions", _stub)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        return await play(f"http://127.0.0.1:{port}", "m", requests, with_priority=True,
+                          sample_every_s=60.0)
+    finally:
+        await runner.cleanup()
+
+
+def test_client_classifies_rejections_empty_streams_cancels_and_completions():
+    requests = [_live(1), _live(2), _live(3, cancel_after_s=0.2), _live(4)]
+    records, _ = asyncio.run(_play_against_stub(requests))
+    by_id = {r.request_id: r for r in records}
+    assert (by_id["r1"].outcome, by_id["r1"].reason) == ("rejected",
+                                                         "rejected:queue_full;retry_after_s=2")
+    assert (by_id["r2"].outcome, by_id["r2"].reason) == ("rejected", "rejected:empty_stream")
+    assert by_id["r3"].outcome == "cancelled"
+    done = by_id["r4"]
+    assert done.outcome == "completed"
+    assert len(done.token_times_s) == 4  # three chunks, four tokens by the usage
+    assert done.cached_tokens == 20  # 2 of 4 live prompt tokens -> half of 40
+
+
+@pytest.mark.engine
+def test_a_tiny_live_run_conserves_every_request(tmp_path):
+    scale = attrs.evolve(SCALE, rate_scale=BASE_RATE_SCALE)
+    summary = run_live_study(scale=scale, systems=("pipeline+fixes",), log_dir=tmp_path / "logs")
+    write_live(summary, tmp_path)
+    assert json.loads((tmp_path / "live_summary.json").read_text())["phases"] == summary["phases"]
+    assert "Gold short-request TTFT p99" in (tmp_path / "live_report.md").read_text()
+    assert [p["name"] for p in summary["phases"]] == [p.name for p in PHASES]
+    offered = len(business_workload(phase_s=scale.phase_s, rate_scale=scale.rate_scale)
+                  .trace.requests)
+    phases = [p["systems"]["pipeline+fixes"] for p in summary["phases"]]
+    assert sum(m["offered"] for m in phases) == offered == summary["config"]["requests"]
+    for m in phases:
+        assert m["completed"] + m["rejected"] + m["cancelled"] == m["offered"]
+        assert m["admitted"] + m["rejected"] == m["offered"]
+        assert set(m["ttft_p99_s_by_tier"]) == {"gold", "silver", "bronze"}
+    assert sum(m["completed"] for m in phases) > 0
+    assert summary["live"]["systems"]["pipeline+fixes"]["played_s"] > 0
