@@ -11,10 +11,19 @@ from policies.admission import (
     AdmissionStats,
     QueueDepthLimit,
 )
+from policies.cache_aware import CacheAwareRanker, LoadAwareRanking
 from policies.clock import ManualClock
 from policies.deadline import EDFRanker
 from policies.errors import InvalidRequestMetadata
-from policies.eviction import LRU, EvictionOrder, EvictionStats, Segment, SegmentedLRU
+from policies.eviction import (
+    LRU,
+    EvictionOrder,
+    EvictionStats,
+    PromptVersions,
+    RetentionHints,
+    Segment,
+    SegmentedLRU,
+)
 from policies.fairness import WFQ, WFQStats
 from policies.isolation import (
     PrefillBudgetStats,
@@ -71,15 +80,6 @@ from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [
-    "InstanceLoad",
-    "LeastLoadedRouter",
-    "PDRouter",
-    "PDRouterStats",
-    "PrefixIndex",
-    "RoundRobinRouter",
-    "RouteDecision",
-    "RouteReason",
-    "chain_keys",
     "PrefillBudgetStats",
     "TenantPrefillBudget",
     "TenantQuota",
@@ -96,12 +96,25 @@ __all__ = [
     "LevelPolicy",
     "MLFQ",
     "MLFQStats",
+    "InstanceLoad",
+    "LeastLoadedRouter",
+    "PDRouter",
+    "PDRouterStats",
+    "PrefixIndex",
+    "RoundRobinRouter",
+    "RouteDecision",
+    "RouteReason",
+    "chain_keys",
     "EDFRanker",
     "EvictionOrder",
     "EvictionStats",
     "LRU",
     "Segment",
     "SegmentedLRU",
+    "PromptVersions",
+    "RetentionHints",
+    "CacheAwareRanker",
+    "LoadAwareRanking",
     "KVWatermarks",
     "AdmissionPolicy",
     "FCFSOrder",

@@ -13,6 +13,11 @@ Life of a key::
     evict()               the policy picks a victim; its content (and metadata) is gone
     release_uncached(key) a block with no cached content is freed: it is evicted first
 
+Orders that also implement `RetentionHints` (both shipped ones) hear two more
+things: ``release_cancelled`` (a block of a request its client cancelled) and
+``observe_prompt`` (which prompt root a tenant's request opens with, and its
+version), from which `PromptVersions` tells when an old prompt went stale.
+
 A block's *parent* is the block before it in its prefix chain. With vLLM's
 prefix semantics a block only hits if every block before it hits, so a cached
 child whose parent was evicted is useless.
@@ -80,6 +85,20 @@ class EvictionOrder(Protocol):
     def __iter__(self) -> Iterator[Hashable]: ...
 
 
+@runtime_checkable
+class RetentionHints(Protocol):
+    """Optional hints for an `EvictionOrder` beyond block releases (`SegmentedLRU` uses them)."""
+
+    def release_cancelled(self, key: Hashable, parent: Hashable | None = None) -> None:
+        """Like ``release``, for a block of a request its client cancelled (likely retried)."""
+        ...
+
+    def observe_prompt(self, tenant: str, root: Hashable, version: str | None = None) -> int:
+        """A request of ``tenant`` opens with the cached block ``root`` (of prompt ``version``,
+        if the client said); returns how many blocks of stale prompts were demoted."""
+        ...
+
+
 @attrs.frozen(kw_only=True)
 class EvictionStats:
     """A snapshot of an eviction order's segments and counters since construction."""
@@ -108,6 +127,12 @@ class EvictionStats:
     """Evictions of a key that still had evictable children (0 when leaves always go first)."""
     shielded: int
     """Releases put into PROTECTED by the preemption shield (``protect=True``)."""
+    retained_cancelled: int = 0
+    """Releases of cancelled requests' blocks put into PROTECTED (`SegmentedLRU.retain_cancelled`)."""
+    demoted_stale: int = 0
+    """Blocks demoted because their prompt went stale (`SegmentedLRU.prompt_versions`)."""
+    evictions_by_segment: tuple[tuple[str, int], ...] = ()
+    """``(segment name, evictions from it)`` for each segment, in eviction order."""
 
 
 @attrs.define(eq=False, slots=True)
@@ -139,7 +164,9 @@ class LRU:
         init=False, repr=False, factory=lambda: tuple(OrderedDict() for _ in Segment))
     _counts: dict[str, int] = attrs.field(init=False, repr=False, factory=lambda: dict.fromkeys(
         ("releases", "acquires", "evictions", "promotions", "demotions", "orphaned",
-         "evicted_with_children", "shielded"), 0))
+         "evicted_with_children", "shielded", "retained_cancelled", "demoted_stale"), 0))
+    _evicted_from: list[int] = attrs.field(init=False, repr=False,
+                                           factory=lambda: [0] * len(Segment))
 
     # -- the protocol ---------------------------------------------------------
 
@@ -152,6 +179,22 @@ class LRU:
         Raises:
             ValueError: if ``key`` is already evictable.
         """
+        self._release(key, parent, protect=protect)
+
+    def release_cancelled(self, key: Hashable, parent: Hashable | None = None) -> None:
+        """``key`` of a request its client cancelled became evictable (plain LRU: a `release`).
+
+        Raises:
+            ValueError: if ``key`` is already evictable.
+        """
+        self._release(key, parent, cancelled=True)
+
+    def observe_prompt(self, tenant: str, root: Hashable, version: str | None = None) -> int:
+        """A request of ``tenant`` opens with ``root``; plain LRU ignores it (returns 0)."""
+        return 0
+
+    def _release(self, key: Hashable, parent: Hashable | None, *, protect: bool = False,
+                 cancelled: bool = False) -> None:
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = _Entry(uses=1 + self._remembered_uses(key))
@@ -159,7 +202,7 @@ class LRU:
             raise ValueError(f"key {key!r} is already evictable")
         self._counts["releases"] += 1
         self._link(key, entry, parent)
-        self._put(key, entry, self._segment_for(entry, protect))
+        self._put(key, entry, self._segment_for(entry, protect, cancelled))
         self._after_release()
 
     def release_uncached(self, key: Hashable) -> None:
@@ -196,9 +239,10 @@ class LRU:
         Raises:
             IndexError: if nothing is evictable.
         """
-        for segment in self._segments:
+        for index, segment in enumerate(self._segments):
             if segment:
                 key, _ = segment.popitem(last=False)
+                self._evicted_from[index] += 1
                 break
         else:
             raise IndexError("evict from an empty eviction order")
@@ -255,7 +299,10 @@ class LRU:
             tracked_blocks=len(self._entries) - sizes[Segment.UNCACHED],
             uncached_blocks=sizes[Segment.UNCACHED], orphan_blocks=sizes[Segment.ORPHAN],
             probation_blocks=sizes[Segment.PROBATION],
-            protected_blocks=sizes[Segment.PROTECTED], **self._counts)
+            protected_blocks=sizes[Segment.PROTECTED],
+            evictions_by_segment=tuple((s.name.lower(), n)
+                                       for s, n in zip(Segment, self._evicted_from, strict=True)),
+            **self._counts)
 
     def check_invariants(self) -> None:
         """Assert that segments, entries and parent links agree."""
@@ -274,7 +321,8 @@ class LRU:
 
     # -- hooks and helpers ----------------------------------------------------
 
-    def _segment_for(self, entry: _Entry, protect: bool = False) -> Segment:
+    def _segment_for(self, entry: _Entry, protect: bool = False,
+                     cancelled: bool = False) -> Segment:
         return Segment.PROBATION
 
     def _remembered_uses(self, key: Hashable) -> int:
@@ -318,6 +366,86 @@ class LRU:
 
 
 @attrs.define(eq=False, kw_only=True)
+class PromptVersions:
+    """Names the prompt roots a tenant stopped using because a new version replaced them.
+
+    A *root* is the first cached block of a request (its system prompt's first block).
+    Each request of a tenant is observed with its root and, if the client says, its
+    prompt version (``vllm_xargs.prompt_version``). `observe` returns each stale root once:
+
+    * **explicit**: the first request of a tenant with a version it never sent before
+      makes the roots of all its earlier versions stale (except this request's root);
+    * **implicit** (``stale_after_requests`` set): a root the tenant opened at least
+      ``min_uses`` requests with (a shared prompt, not one conversation) is stale once the
+      tenant has sent ``stale_after_requests`` requests in a row without it.
+
+    A root another tenant still uses is never stale. Each call is O(1) amortised, with
+    at most ``max_roots_per_tenant`` roots tracked per tenant (least recently used dropped).
+    """
+
+    stale_after_requests: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.ge(1)))
+    """Implicit detection window in the tenant's own requests; ``None``: versions only."""
+    min_uses: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    """Requests that must open with a root before implicit detection may call it stale."""
+    max_roots_per_tenant: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
+    """Roots remembered per tenant (least recently used forgotten, never reported)."""
+
+    _requests: dict[str, int] = attrs.field(init=False, repr=False, factory=dict)
+    """Tenant -> its requests observed so far."""
+    _roots: dict[str, OrderedDict] = attrs.field(init=False, repr=False, factory=dict)
+    """Tenant -> root -> [last request index, uses, version], least recently used first."""
+    _versions: dict[str, set] = attrs.field(init=False, repr=False, factory=dict)
+    """Tenant -> versions it has sent."""
+    _users: dict[Hashable, int] = attrs.field(init=False, repr=False, factory=dict)
+    """Root -> tenants tracking it."""
+
+    def observe(self, tenant: str, root: Hashable, version: str | None = None
+                ) -> tuple[Hashable, ...]:
+        """Record a request of ``tenant`` opening with ``root``; return roots newly stale."""
+        index = self._requests[tenant] = self._requests.get(tenant, 0) + 1
+        roots = self._roots.setdefault(tenant, OrderedDict())
+        record = roots.get(root)
+        if record is None:
+            record = roots[root] = [index, 0, version]
+            self._users[root] = self._users.get(root, 0) + 1
+        roots.move_to_end(root)
+        record[0], record[1] = index, record[1] + 1
+        record[2] = version if version is not None else record[2]
+        stale: list[Hashable] = []
+        versions = self._versions.setdefault(tenant, set())
+        if version is not None and version not in versions:
+            if versions:  # a new version rolled out: every root of an older one is stale
+                stale += [r for r, (_, _, v) in roots.items() if v is not None and v != version]
+            versions.add(version)
+        expired: list[Hashable] = []  # unused for a window: forgotten, stale if it was shared
+        if self.stale_after_requests is not None:
+            for r, (last, uses, _) in roots.items():  # least recently used first
+                if index - last <= self.stale_after_requests:
+                    break
+                expired.append(r)
+                if uses >= self.min_uses and r not in stale:
+                    stale.append(r)
+        for r in dict.fromkeys(stale + expired):
+            self._drop(tenant, r)
+        while len(roots) > self.max_roots_per_tenant:
+            self._drop(tenant, next(iter(roots)))
+        return tuple(r for r in stale if r not in self._users)
+
+    def _drop(self, tenant: str, root: Hashable) -> None:
+        del self._roots[tenant][root]
+        users = self._users[root] - 1
+        if users:
+            self._users[root] = users
+        else:
+            del self._users[root]
+
+    def tracked_roots(self, tenant: str) -> tuple[Hashable, ...]:
+        """The roots tracked for ``tenant``, least recently used first."""
+        return tuple(self._roots.get(tenant, ()))
+
+
+@attrs.define(eq=False, kw_only=True)
 class SegmentedLRU(LRU):
     """Reused blocks outlive one-shot blocks; a chain is evicted leaf first; O(1) amortised.
 
@@ -341,6 +469,10 @@ class SegmentedLRU(LRU):
     turn of a conversation, minutes later) is promoted on its next release.
     Keys must therefore name content (a block hash), not a reusable slot.
 
+    Hints (`RetentionHints`): a cancelled request's blocks (`release_cancelled`) go to
+    PROTECTED when ``retain_cancelled``; with ``prompt_versions``, `observe_prompt`
+    demotes the chains of prompts a tenant replaced (`demote_chain`).
+
     Defaults were tuned on the Mooncake conversation trace
     (`benchmarks.cache_replay`): a small PROBATION (2 %) filters one-shot
     blocks, and the ghost list recognises returning prefixes.
@@ -360,6 +492,16 @@ class SegmentedLRU(LRU):
     """Preemption cache shield: a ``release(..., protect=True)`` (the blocks of a preempted
     request, which will resume) goes to PROTECTED, so resuming hits instead of recomputing."""
 
+    retain_cancelled: bool = True
+    """Cancellation-aware retention: the blocks of a request its client cancelled (released
+    with `release_cancelled`) go to PROTECTED like reused ones, since the client usually
+    retries with the same prefix (a code completion the user kept typing over)."""
+
+    prompt_versions: PromptVersions | None = None
+    """Cache versioning: told which prompt root each tenant's request opens with
+    (`observe_prompt`), it names roots that went stale, and their chains are demoted
+    (`demote_chain`). ``None``: off."""
+
     _history: OrderedDict = attrs.field(init=False, repr=False, factory=OrderedDict)
     _peak_tracked: int = attrs.field(init=False, repr=False, default=0)
     """Most keys tracked at any eviction (the cache's size, once it has filled)."""
@@ -374,9 +516,13 @@ class SegmentedLRU(LRU):
         while len(self._history) > limit:
             self._history.popitem(last=False)
 
-    def _segment_for(self, entry: _Entry, protect: bool = False) -> Segment:
+    def _segment_for(self, entry: _Entry, protect: bool = False,
+                     cancelled: bool = False) -> Segment:
         if protect and self.shield_preempted:
             self._counts["shielded"] += 1
+            return Segment.PROTECTED
+        if cancelled and self.retain_cancelled:
+            self._counts["retained_cancelled"] += 1
             return Segment.PROTECTED
         if entry.uses >= self.promote_after_uses:
             self._counts["promotions"] += 1
@@ -407,6 +553,48 @@ class SegmentedLRU(LRU):
         if parent_entry.segment is not Segment.UNCACHED:
             entry.parent = parent
             parent_entry.children[key] = None
+
+    def observe_prompt(self, tenant: str, root: Hashable, version: str | None = None) -> int:
+        """Tell `prompt_versions` about a request; demote the chains of the roots gone stale.
+
+        Returns:
+            How many blocks were demoted (0 when `prompt_versions` is ``None``).
+        """
+        if self.prompt_versions is None:
+            return 0
+        return sum(self.demote_chain(stale)
+                   for stale in self.prompt_versions.observe(tenant, root, version))
+
+    def demote_chain(self, root: Hashable) -> int:
+        """``root`` and every key below it are stale: out of PROTECTED, evicted first.
+
+        Evictable keys of the chain move to the front of PROBATION, leaves in front
+        (right after ORPHAN); every key of the chain, evictable or referenced, loses its
+        use count and its ghost history, so its next release is a first use. O(chain).
+
+        Returns:
+            How many keys of the chain were known (0 if ``root`` holds no content).
+        """
+        root_entry = self._entries.get(root)
+        if root_entry is None or root_entry.segment is Segment.UNCACHED:  # no content left
+            self._history.pop(root, None)
+            return 0
+        chain, seen, stack = [], {root}, [root]
+        while stack:  # depth first, parents before children; keys need not form a tree
+            key = stack.pop()
+            chain.append(key)
+            children = [c for c in self._entries[key].children if c not in seen]
+            seen.update(children)
+            stack.extend(children)
+        for key in chain:  # parents first, so the last ones moved (leaves) end in front
+            entry = self._entries[key]
+            entry.uses = 0
+            self._history.pop(key, None)
+            if entry.segment in (Segment.PROBATION, Segment.PROTECTED):
+                del self._segments[entry.segment][key]
+                self._put(key, entry, Segment.PROBATION, front=True)
+        self._counts["demoted_stale"] += len(chain)
+        return len(chain)
 
     def check_invariants(self) -> None:
         """Assert the base invariants and that orphans have no parent left."""

@@ -31,6 +31,9 @@ class RequestView:
     slo_class: str | None = None
     deadline_s: float | None = None
     num_preemptions: int = attrs.field(default=0, validator=_non_negative)
+    cached_tokens: int = attrs.field(default=0, validator=_non_negative)
+    """Prompt tokens found in the prefix cache when the request was admitted; looked up
+    only for rankings that use it (`CacheAwareRanker`), else 0."""
 
 
 @attrs.frozen(kw_only=True)

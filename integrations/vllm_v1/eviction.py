@@ -19,6 +19,12 @@ Translation (vLLM call -> order):
 * Blocks a preempted request frees (inside `PolicyFreeBlockQueue.shield`, which
   `PolicyScheduler` enters around vLLM's ``_preempt_request``) are released with
   ``protect=True``: the preemption cache shield.
+* Blocks a cancelled request frees (``shield(cancelled=True)``, entered around
+  ``_free_request`` of a ``FINISHED_ABORTED`` request) go to ``release_cancelled``
+  when the order implements `RetentionHints` (cancellation-aware retention).
+* `PolicyFreeBlockQueue.observe_request` (called on admission) tells such an order
+  which root block the request's prompt opens with, and its ``vllm_xargs``
+  ``prompt_version`` if any (cache versioning).
 
 Keys are block hashes, so the order's use counts follow content, not slots.
 
@@ -34,9 +40,18 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock, get_group_id
+from vllm.v1.core.kv_cache_utils import (
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    get_group_id,
+    make_block_hash_with_group_id,
+)
+from vllm.v1.request import Request
 
-from policies.eviction import EvictionOrder
+from policies.eviction import EvictionOrder, RetentionHints
+
+PROMPT_VERSION_ARG = "prompt_version"
+"""The ``vllm_xargs`` key naming the version of a request's system prompt."""
 
 
 def _is_parent(child: KVCacheBlock, parent: KVCacheBlock) -> bool:
@@ -72,6 +87,8 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         self._hash_of: dict[int, Hashable] = {}
         """Inverse of ``_owner``."""
         self._protect = False
+        self._cancelled = False
+        self._hints = order if isinstance(order, RetentionHints) else None
         for block in blocks:
             block.prev_free_block = block.next_free_block = None
         uncached = [b for b in blocks if b.block_hash is None]
@@ -168,16 +185,31 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
             return
         parent_key = self._claim(parent) if parent is not None else None
         self._add(block, key)
-        self.order.release(key, parent_key, protect=self._protect)
+        if self._cancelled and self._hints is not None:
+            self._hints.release_cancelled(key, parent_key)
+        else:
+            self.order.release(key, parent_key, protect=self._protect)
 
     @contextmanager
-    def shield(self) -> Iterator[None]:
-        """Blocks freed inside are released with ``protect=True`` (a preempted request's)."""
-        self._protect = True
+    def shield(self, *, cancelled: bool = False) -> Iterator[None]:
+        """Blocks freed inside are a preempted request's (``protect=True``), or with
+        ``cancelled`` a cancelled request's (``release_cancelled``)."""
+        self._protect, self._cancelled = not cancelled, cancelled
         try:
             yield
         finally:
-            self._protect = False
+            self._protect = self._cancelled = False
+
+    def observe_request(self, request: Request, tenant: str) -> int:
+        """Tell the order which root block ``request``'s prompt opens with (and its
+        ``prompt_version``); returns the blocks it demoted as stale (0 without hints)."""
+        if self._hints is None or not request.block_hashes:
+            return 0
+        params = request.sampling_params
+        version = (params.extra_args or {}).get(PROMPT_VERSION_ARG) if params else None
+        root = make_block_hash_with_group_id(request.block_hashes[0], 0)
+        return self._hints.observe_prompt(tenant, root, None if version is None
+                                          else str(version)[:128])
 
     # -- checks -----------------------------------------------------------------
 
@@ -192,6 +224,20 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
             assert self._hash_of[block_id] == block_hash
         if hasattr(self.order, "check_invariants"):
             self.order.check_invariants()
+
+
+def cached_prefix_tokens(kv_cache_manager: Any, request: Request) -> int:
+    """Prompt tokens of ``request`` the prefix cache would serve if it were scheduled now.
+
+    Read-only: the same lookup as vLLM's ``get_computed_blocks`` (the last token is
+    always recomputed), without touching blocks, stats or KV events.
+    """
+    if (not kv_cache_manager.enable_caching
+            or not kv_cache_manager.prefix_cache_lookup_enabled(request)):
+        return 0
+    _, tokens, _ = kv_cache_manager.coordinator.find_longest_cache_hit(
+        request.block_hashes, request.num_tokens - 1)
+    return min(tokens, request.num_prompt_tokens)
 
 
 def install_eviction(scheduler: Any, order: EvictionOrder) -> PolicyFreeBlockQueue:

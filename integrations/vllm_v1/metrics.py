@@ -15,6 +15,17 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
 * ``policies:fairness_lag_tokens{tenant}``: a waiting or running tenant's fairness counter
   minus the lowest such counter (how far ahead of the least-served tenant it is)
 * ``policies:kv_watermark_level``: 0 green, 1 yellow, 2 red
+* ``policies:prefix_cache_prompt_tokens_total{tenant}`` and
+  ``policies:prefix_cache_hit_tokens_total{tenant}``: prompt tokens of requests scheduled for
+  the first time, and those served from the prefix cache (hit rate by tenant = their ratio)
+* with an ``eviction`` order that has ``stats()`` (`SegmentedLRU`):
+  ``policies:kv_evictable_blocks{segment}`` (segment sizes),
+  ``policies:kv_evictions_total{segment}`` (evictions by the segment they came from:
+  ``uncached``, ``orphan``, ``probation``, ``protected``),
+  ``policies:kv_retained_blocks_total{reason}`` (``preempted``: the preemption shield;
+  ``cancelled``: cancellation-aware retention) and
+  ``policies:kv_demoted_blocks_total{reason}`` (``overflow``: PROTECTED over its share;
+  ``stale``: an old prompt version)
 
 Gauges are refreshed at most once per ``refresh_interval_s`` of the scheduler's clock;
 counters as events happen.
@@ -30,7 +41,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
-from policies import AdmissionPolicy, FairnessPolicy, KVWatermarks
+from policies import AdmissionPolicy, EvictionStats, FairnessPolicy, KVWatermarks
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MAX_TENANT_LABELS = 64
@@ -67,6 +78,25 @@ class PolicyMetrics:
         self._throttled = PromCounter("policies:prefill_tokens_throttled",
                                       "Prefill tokens withheld by a token cap, by tenant",
                                       ["tenant"], registry=registry)
+        self._prompt_tokens = PromCounter("policies:prefix_cache_prompt_tokens",
+                                          "Prompt tokens of newly scheduled requests, by tenant",
+                                          ["tenant"], registry=registry)
+        self._hit_tokens = PromCounter("policies:prefix_cache_hit_tokens",
+                                       "Prompt tokens served from the prefix cache, by tenant",
+                                       ["tenant"], registry=registry)
+        self._evictable = Gauge("policies:kv_evictable_blocks",
+                                "Evictable prefix-cache blocks, by eviction segment",
+                                ["segment"], registry=registry, multiprocess_mode="mostrecent")
+        self._evictions = PromCounter("policies:kv_evictions", "Blocks evicted, by segment",
+                                      ["segment"], registry=registry)
+        self._retained = PromCounter("policies:kv_retained_blocks",
+                                     "Freed blocks kept as protected, by reason",
+                                     ["reason"], registry=registry)
+        self._demoted = PromCounter("policies:kv_demoted_blocks",
+                                    "Blocks demoted out of the protected segment, by reason",
+                                    ["reason"], registry=registry)
+        self._eviction_seen: dict[tuple[str, str], int] = {}
+        """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
 
     @classmethod
@@ -87,6 +117,29 @@ class PolicyMetrics:
     def throttled(self, tenant: str, tokens: int) -> None:
         self._throttled.labels(tenant=self.tenant_label(tenant)).inc(tokens)
 
+    def prefix_hits(self, tenant: str, prompt_tokens: int, hit_tokens: int) -> None:
+        """A request of ``tenant`` was scheduled for the first time with ``hit_tokens`` cached."""
+        label = self.tenant_label(tenant)
+        self._prompt_tokens.labels(tenant=label).inc(prompt_tokens)
+        self._hit_tokens.labels(tenant=label).inc(min(hit_tokens, prompt_tokens))
+
+    def _eviction(self, stats: EvictionStats) -> None:
+        self._evictable.labels(segment="uncached").set(stats.uncached_blocks)
+        self._evictable.labels(segment="orphan").set(stats.orphan_blocks)
+        self._evictable.labels(segment="probation").set(stats.probation_blocks)
+        self._evictable.labels(segment="protected").set(stats.protected_blocks)
+        totals = [(self._evictions, "segment", name, n) for name, n in stats.evictions_by_segment]
+        totals += [(self._retained, "reason", "preempted", stats.shielded),
+                   (self._retained, "reason", "cancelled", stats.retained_cancelled),
+                   (self._demoted, "reason", "overflow", stats.demotions),
+                   (self._demoted, "reason", "stale", stats.demoted_stale)]
+        for counter, label, value, total in totals:  # counters follow the order's totals
+            key = (label, value)  # every segment and reason name is distinct
+            delta = total - self._eviction_seen.get(key, 0)
+            if delta > 0:
+                counter.labels(**{label: value}).inc(delta)
+                self._eviction_seen[key] = total
+
     def due(self, now: float) -> bool:
         """Whether the gauges should be refreshed at ``now`` (then not again for an interval)."""
         if now < self._next_refresh:
@@ -96,8 +149,9 @@ class PolicyMetrics:
 
     def refresh(self, *, waiting: Iterable[tuple[str, int]], running: Iterable[str],
                 fairness: FairnessPolicy | None, watermarks: AdmissionPolicy | None,
-                kv_usage: float) -> None:
-        """Set the gauges: ``waiting`` as ``(tenant, level)`` pairs, ``running`` as tenants."""
+                kv_usage: float, eviction: EvictionStats | None = None) -> None:
+        """Set the gauges: ``waiting`` as ``(tenant, level)`` pairs, ``running`` as tenants;
+        ``eviction``: the eviction order's stats, if any."""
         waiting = list(waiting)
         running = list(running)
         self._show(self._waiting,
@@ -113,6 +167,8 @@ class PolicyMetrics:
             self._show(self._lag, lags)
         if isinstance(watermarks, KVWatermarks):
             self._watermark.set(int(watermarks.level(kv_usage)))
+        if eviction is not None:
+            self._eviction(eviction)
 
     def _show(self, gauge: Gauge, values: Counter[tuple[str, ...]]) -> None:
         for labels in self._shown.get(gauge, set()) - values.keys():

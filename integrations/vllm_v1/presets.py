@@ -12,6 +12,7 @@ from policies import (
     MLFQ,
     WFQ,
     AdmissionController,
+    CacheAwareRanker,
     EDFRanker,
     KVWatermarks,
     QoSRanker,
@@ -57,9 +58,11 @@ PRESETS: dict[str, Pipeline] = {
         max_waiting=2048, red_min_waiting=1024, red_max_waiting=2048, rng=random.Random(0))),
     "watermarks": Pipeline(watermarks=KVWatermarks()),
     "slru": Pipeline(eviction=SegmentedLRU()),
+    "cache": Pipeline(eviction=SegmentedLRU(), ranking=CacheAwareRanker()),
 }
 """Built-in pipelines by name. ``identity`` schedules like stock ``fcfs``; ``default`` is the
-full composition; the others are one policy alone, for ablations. Each engine unpickles its
+full composition; ``cache`` is the KV-cache pair (segmented LRU eviction, cache-aware
+ranking); the others are one policy alone, for ablations. Each engine unpickles its
 own copy, so stateful policies are never shared between engines."""
 
 

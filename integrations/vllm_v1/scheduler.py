@@ -32,6 +32,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request, RequestStatus
 
+from integrations.vllm_v1.eviction import cached_prefix_tokens
 from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.queue import PolicyRequestQueue
@@ -47,12 +48,15 @@ from policies import (
     RequestView,
     TenantUsage,
 )
+from policies.cache_aware import LoadAwareRanking
 
 
 @attrs.frozen
 class _Tracked:
     metadata: RequestMetadata
     rank_key: float
+    cached_tokens: int = 0
+    """Prefix-cache hit tokens on admission (looked up for a `LoadAwareRanking` only)."""
 
 
 @attrs.frozen
@@ -100,7 +104,8 @@ class PolicySchedulerMixin:
         """The request's view as of the start of this step (built at most once per step)."""
         view = self._step_views.get(request.request_id)
         if view is None:
-            view = request_view(request, self._tracked[request.request_id].metadata)
+            tracked = self._tracked[request.request_id]
+            view = request_view(request, tracked.metadata, tracked.cached_tokens)
             self._step_views[request.request_id] = view
         return view
 
@@ -172,7 +177,16 @@ class PolicySchedulerMixin:
             if not decision.admitted:
                 self._reject(request, decision)
                 return
-        self._tracked[request.request_id] = _Tracked(metadata, self.pipeline.ranking.rank_key(view))
+        ranking, cached_tokens = self.pipeline.ranking, 0
+        if isinstance(ranking, LoadAwareRanking):  # cache-aware: the prefix hit on admission
+            cached_tokens = cached_prefix_tokens(self.kv_cache_manager, request)
+            view = attrs.evolve(view, cached_tokens=cached_tokens)
+            rank_key = ranking.rank_key_under_load(view, load or self.load_snapshot(now))
+        else:
+            rank_key = ranking.rank_key(view)
+        self._tracked[request.request_id] = _Tracked(metadata, rank_key, cached_tokens)
+        if self._eviction_queue is not None:  # cache versioning: the prompt root it opens with
+            self._eviction_queue.observe_request(request, metadata.tenant)
         super().add_request(request)
         for observer in self._observers:
             observer.on_admitted(view, now)
@@ -234,7 +248,12 @@ class PolicySchedulerMixin:
             waiting=((self._tenant_of(r), self._queue_key(r)[0]) for r in self.waiting),
             running=(self._tenant_of(r) for r in self.running),
             fairness=self.pipeline.fairness, watermarks=self.pipeline.watermarks,
-            kv_usage=self.kv_cache_manager.usage)
+            kv_usage=self.kv_cache_manager.usage, eviction=self._eviction_stats())
+
+    def _eviction_stats(self) -> Any:
+        """The eviction order's `EvictionStats`, if it has ``stats()`` (`SegmentedLRU`)."""
+        order = self._eviction_queue.order if self._eviction_queue is not None else None
+        return order.stats() if hasattr(order, "stats") else None
 
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
                                    num_new_tokens: int) -> int:
@@ -297,6 +316,10 @@ class PolicySchedulerMixin:
             view = self._view(self.requests[new.req_id])
             for observer in self._observers:
                 observer.on_first_scheduled(view, self._now)
+        for new in scheduler_output.scheduled_new_reqs if self._metrics is not None else ():
+            request = self.requests[new.req_id]  # hit rate by tenant: cached before this step
+            self._metrics.prefix_hits(self._tenant_of(request), request.num_prompt_tokens,
+                                      new.num_computed_tokens)
         super()._update_after_schedule(scheduler_output)
 
     def _preempt_request(self, request: Request, timestamp: float,
@@ -312,9 +335,13 @@ class PolicySchedulerMixin:
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         tracked = self._tracked.pop(request.request_id, None)
         if tracked is not None and self._observers:
-            view = request_view(request, tracked.metadata)
+            view = request_view(request, tracked.metadata, tracked.cached_tokens)
             for observer in self._observers:
                 observer.on_finished(view, self.clock())
+        if (self._eviction_queue is not None
+                and request.status == RequestStatus.FINISHED_ABORTED):  # cancelled by its client
+            with self._eviction_queue.shield(cancelled=True):
+                return super()._free_request(request, delay_free_blocks)
         return super()._free_request(request, delay_free_blocks)
 
 

@@ -18,8 +18,9 @@ def request_metadata(request: Request) -> RequestMetadata:
     return parse_request_metadata(request.priority, extra_args)
 
 
-def request_view(request: Request, metadata: RequestMetadata) -> RequestView:
-    """A frozen view of ``request`` as it stands now."""
+def request_view(request: Request, metadata: RequestMetadata,
+                 cached_tokens: int = 0) -> RequestView:
+    """A frozen view of ``request`` as it stands now (``cached_tokens``: found on admission)."""
     deadline_s = (
         request.arrival_time + metadata.deadline_ms / 1000.0
         if metadata.deadline_ms is not None
@@ -37,4 +38,5 @@ def request_view(request: Request, metadata: RequestMetadata) -> RequestView:
         slo_class=metadata.slo_class,
         deadline_s=deadline_s,
         num_preemptions=request.num_preemptions,
+        cached_tokens=cached_tokens,
     )

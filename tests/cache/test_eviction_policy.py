@@ -208,6 +208,26 @@ class _Oracle:
             self.entries[demoted]["uses"] //= 2
             self._place(demoted, Segment.PROBATION)
 
+    def demote_chain(self, root):
+        if root not in self.entries or self.entries[root]["segment"] is Segment.UNCACHED:
+            self._ghost_uses(root)
+            return 0
+        chain, seen, stack = [], {root}, [root]
+        while stack:  # the same walk as the real one: parents before their children
+            key = stack.pop()
+            chain.append(key)
+            children = [c for c in self._children(key) if c not in seen]
+            seen.update(children)
+            stack.extend(children)
+        for key in chain:
+            entry = self.entries[key]
+            entry["uses"] = 0
+            self._ghost_uses(key)  # its history goes too
+            if entry["segment"] in (Segment.PROBATION, Segment.PROTECTED):
+                self.lists[entry["segment"]].remove(key)
+                self._place(key, Segment.PROBATION, front=True)
+        return len(chain)
+
     def release_uncached(self, key):
         if key in self.entries:
             self._forget(key)
@@ -265,6 +285,16 @@ class SegmentedLRUMachine(RuleBasedStateMachine):
             return
         self.real.release(key, parent, protect=protect)
         self.oracle.release(key, parent, protect)
+
+    @rule(key=keys, parent=st.none() | keys)
+    def release_cancelled(self, key, parent):
+        if key not in self.real:
+            self.real.release_cancelled(key, parent)
+            self.oracle.release(key, parent, protect=True)  # retain_cancelled: as protected
+
+    @rule(key=keys)
+    def demote_chain(self, key):
+        assert self.real.demote_chain(key) == self.oracle.demote_chain(key)
 
     @rule(key=keys)
     def release_uncached(self, key):

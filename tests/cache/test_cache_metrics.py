@@ -1,0 +1,69 @@
+"""Cache efficiency metrics: segment sizes, evictions and retention by reason, hits by tenant."""
+
+from prometheus_client import CollectorRegistry
+
+from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1.metrics import PolicyMetrics
+from policies import SegmentedLRU
+from policies.eviction import PromptVersions
+
+
+def make():
+    registry = CollectorRegistry()
+    return PolicyMetrics(refresh_interval_s=1.0, registry=registry), registry
+
+
+def refresh(metrics, order):
+    metrics.refresh(waiting=[], running=[], fairness=None, watermarks=None, kv_usage=0.0,
+                    eviction=order.stats())
+
+
+def test_eviction_gauges_and_counters_follow_the_orders_stats():
+    metrics, registry = make()
+    order = SegmentedLRU(prompt_versions=PromptVersions())
+    for i in range(50):
+        order.release(i)
+    order.release("sys", protect=True)
+    order.release_cancelled("code")
+    order.release_uncached("free")
+    refresh(metrics, order)
+
+    def value(name, **labels):
+        return registry.get_sample_value(name, labels)
+
+    assert value("policies:kv_evictable_blocks", segment="probation") == 50
+    assert value("policies:kv_evictable_blocks", segment="protected") == 2
+    assert value("policies:kv_evictable_blocks", segment="uncached") == 1
+    assert value("policies:kv_retained_blocks_total", reason="preempted") == 1
+    assert value("policies:kv_retained_blocks_total", reason="cancelled") == 1
+    for _ in range(3):
+        order.evict()
+    order.observe_prompt("acme", "sys", "1")
+    order.observe_prompt("acme", "new", "2")
+    refresh(metrics, order)
+    refresh(metrics, order)  # counters count each eviction once
+    assert value("policies:kv_evictions_total", segment="uncached") == 1
+    assert value("policies:kv_evictions_total", segment="probation") == 2
+    assert value("policies:kv_demoted_blocks_total", reason="stale") == 1
+    assert value("policies:kv_evictable_blocks", segment="protected") == 1
+
+
+def test_prefix_hits_by_tenant_through_the_scheduler():
+    harness = SchedulerHarness.build(Pipeline(eviction=SegmentedLRU()),
+                                     shape=EngineShape(num_blocks=64, max_model_len=1024))
+    registry = CollectorRegistry()
+    harness.scheduler._metrics = PolicyMetrics(registry=registry)
+    prompt = [5 + i % 50 for i in range(160)]
+    for request_id, tenant in [("a", "acme"), ("b", "acme"), ("c", "globex")]:
+        harness.add_request(request_id, prompt + [len(request_id)], 1,
+                            extra_args={"tenant": tenant})
+        while harness.has_requests():
+            harness.step()
+    tokens = {t: registry.get_sample_value("policies:prefix_cache_prompt_tokens_total",
+                                           {"tenant": t}) for t in ("acme", "globex")}
+    hits = {t: registry.get_sample_value("policies:prefix_cache_hit_tokens_total",
+                                         {"tenant": t}) for t in ("acme", "globex")}
+    assert tokens == {"acme": 322, "globex": 161}
+    assert hits == {"acme": 160, "globex": 160}  # every request after the first hits 10 blocks
+    assert registry.get_sample_value("policies:kv_evictable_blocks",
+                                     {"segment": "protected"}) == 10
