@@ -23,10 +23,10 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.pd_replay.cluster import ClusterRun, TransferModel, run_cluster
+from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import load_trace
 from benchmarks.replay.metrics import DEFAULT_SLOS, latency_summary
-from integrations.vllm_v1.harness import EngineShape
 from policies.pd_router import LeastLoadedRouter, PDRouter, RoundRobinRouter
 
 ROUTERS = ("round_robin", "least_loaded", "pd_router")
@@ -98,11 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
     parser.add_argument("--link-gbytes-per-s", type=float, default=50.0,
                         help="decode ingress link bandwidth, GB/s")
-    parser.add_argument("--kv-blocks", type=int, default=24800)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    parser.add_argument("--max-model-len", type=int, default=131072)
+    add_engine_shape_arguments(parser, max_model_len=131072)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     return parser
@@ -115,10 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
                        max_requests=args.max_requests).scaled(args.rate_scale)
     cost_model = StepCostModel.preset(args.gpu)
     transfer = TransferModel(link_bytes_per_s=args.link_gbytes_per_s * 1e9)
-    shape = EngineShape(num_blocks=args.kv_blocks, block_size=args.block_size,
-                        max_num_seqs=args.max_num_seqs,
-                        max_num_batched_tokens=args.max_num_batched_tokens,
-                        max_model_len=args.max_model_len)
+    shape = engine_shape(args)
     # A decode instance installs a transferred prompt in one step, as a connector load does.
     decode_shape = attrs.evolve(shape, max_num_batched_tokens=args.max_model_len)
     prefill = [f"prefill{i}" for i in range(args.prefill)]

@@ -20,13 +20,13 @@ import attrs
 from tqdm import tqdm
 
 from benchmarks.replay.calibrate import load_cost_model
+from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.plots import plot_engine, plot_tenant_service, plot_ttft
 from benchmarks.replay.trace import Trace
-from integrations.vllm_v1.harness import EngineShape
 from integrations.vllm_v1.presets import TENANT_WEIGHTS
 
 TENANT_PRIORITIES = {"t0": -1, "t1": -1, "t2": 0, "t3": 0, "t4": 0, "t5": 1, "t6": 1}
@@ -66,11 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cost_model.json from benchmarks.replay.calibrate (replaces --gpu)")
     parser.add_argument("--cost", action="append", default=[], metavar="KEY=VALUE",
                         help="override a StepCostModel coefficient (seconds)")
-    parser.add_argument("--kv-blocks", type=int, default=24800)
-    parser.add_argument("--block-size", type=int, default=16)
-    parser.add_argument("--max-num-seqs", type=int, default=256)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    parser.add_argument("--max-model-len", type=int, default=32768)
+    add_engine_shape_arguments(parser, max_model_len=32768)
     parser.add_argument("--out", type=Path, required=True)
     return parser
 
@@ -84,10 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     trace = trace.scaled(args.rate_scale)
     base = load_cost_model(args.cost_model) if args.cost_model else StepCostModel.preset(args.gpu)
     cost_model = attrs.evolve(base, **parse_overrides(args.cost))
-    shape = EngineShape(num_blocks=args.kv_blocks, block_size=args.block_size,
-                        max_num_seqs=args.max_num_seqs,
-                        max_num_batched_tokens=args.max_num_batched_tokens,
-                        max_model_len=args.max_model_len)
+    shape = engine_shape(args)
     summaries, runs = [], []
     for system in args.systems.split(","):
         with tqdm(total=len(trace.requests), desc=system, unit="req") as bar:

@@ -1,0 +1,25 @@
+"""Command-line flags shared by the replay benchmarks: the engine shape."""
+
+from __future__ import annotations
+
+import argparse
+
+from integrations.vllm_v1.harness import EngineShape
+
+
+def add_engine_shape_arguments(parser: argparse.ArgumentParser, *, max_model_len: int) -> None:
+    """``--kv-blocks``, ``--block-size``, ``--max-num-seqs``, ``--max-num-batched-tokens``,
+    ``--max-model-len`` (defaults: Llama-3-8B bf16 on one 80 GB GPU)."""
+    parser.add_argument("--kv-blocks", type=int, default=24800)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    parser.add_argument("--max-model-len", type=int, default=max_model_len)
+
+
+def engine_shape(args: argparse.Namespace) -> EngineShape:
+    """The `EngineShape` the flags of `add_engine_shape_arguments` describe."""
+    return EngineShape(num_blocks=args.kv_blocks, block_size=args.block_size,
+                       max_num_seqs=args.max_num_seqs,
+                       max_num_batched_tokens=args.max_num_batched_tokens,
+                       max_model_len=args.max_model_len)
