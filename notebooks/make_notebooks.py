@@ -734,7 +734,7 @@ class SQLProposer(SuffixAutomatonProposer):
 ```
 
 vLLM's own `vllm:spec_decode_*` counters on `/metrics` report drafts and accepted tokens; the
-proposer adds `llmsp_spec_*` (τ, coverage, latency, cache sizes) when `PROMETHEUS_MULTIPROC_DIR`
+proposer adds `policies:spec_*` (τ, coverage, latency, cache sizes) when `PROMETHEUS_MULTIPROC_DIR`
 is set. The full benchmark is `python -m benchmarks.spec_replay`; see the *Speculative
 decoding* guide."""),
 ]

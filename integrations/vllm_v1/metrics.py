@@ -95,6 +95,10 @@ class PolicyMetrics:
         self._demoted = PromCounter("policies:kv_demoted_blocks",
                                     "Blocks demoted out of the protected segment, by reason",
                                     ["reason"], registry=registry)
+        self._drafts_withheld = PromCounter(
+            "policies:spec_draft_tokens_withheld",
+            "Draft tokens trimmed by the speculation budget, by SLO class",
+            ["slo_class"], registry=registry)
         self._eviction_seen: dict[tuple[str, str], int] = {}
         """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
@@ -116,6 +120,9 @@ class PolicyMetrics:
 
     def throttled(self, tenant: str, tokens: int) -> None:
         self._throttled.labels(tenant=self.tenant_label(tenant)).inc(tokens)
+
+    def drafts_withheld(self, slo_class: str, tokens: int) -> None:
+        self._drafts_withheld.labels(slo_class=slo_class or "default").inc(tokens)
 
     def prefix_hits(self, tenant: str, prompt_tokens: int, hit_tokens: int) -> None:
         """A request of ``tenant`` was scheduled for the first time with ``hit_tokens`` cached."""

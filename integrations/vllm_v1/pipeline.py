@@ -25,6 +25,7 @@ from policies import (
     TokenCapPolicy,
 )
 from policies.eviction import EvictionOrder
+from policies.speculative import SpeculationBudget
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -93,6 +94,11 @@ class Pipeline:
     )
     """Per-tenant running-slot and KV-block quotas, work-conserving (`TenantQuota`); needs
     ``fairness``, which picks among the tenants under quota."""
+    speculation: SpeculationBudget | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(SpeculationBudget)))
+    """Caps each running request's draft tokens by class and load before a step (needs a
+    ``speculative_config``; see `integrations.vllm_v1.spec_budget`)."""
     eviction: EvictionOrder | None = attrs.field(
         default=None, validator=_implements(EvictionOrder, optional=True)
     )
@@ -108,7 +114,7 @@ class Pipeline:
     def policies(self) -> tuple[object, ...]:
         """Every policy in the pipeline, in layer order."""
         slots = (self.fairness, self.ranking, self.levels, self.rate, self.admission,
-                 self.watermarks, self.deadlines, self.quotas)
+                 self.watermarks, self.deadlines, self.quotas, self.speculation)
         return tuple(p for p in slots if p is not None)
 
     @property

@@ -36,6 +36,7 @@ from integrations.vllm_v1.eviction import cached_prefix_tokens
 from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.queue import PolicyRequestQueue
+from integrations.vllm_v1.spec_budget import cap_drafts
 from integrations.vllm_v1.views import request_metadata, request_view
 from policies import (
     AdmissionDecision,
@@ -236,7 +237,17 @@ class PolicySchedulerMixin:
         if self.pipeline.reorders_requests or self._deadlines is not None:
             self.running.sort(key=self._running_key)
         self._load = self.load_snapshot(now) if self.pipeline.rate is not None else None
+        if self.pipeline.speculation is not None:
+            self._cap_drafts(now)
         return super().schedule(throttle_prefills)
+
+    def _cap_drafts(self, now: float) -> None:
+        withheld = cap_drafts(self.running, self.pipeline.speculation,
+                              lambda r: self._tracked[r.request_id].metadata.slo_class,
+                              self._load or self.load_snapshot(now))
+        if self._metrics is not None:
+            for slo_class, tokens in withheld.items():
+                self._metrics.drafts_withheld(slo_class, tokens)
 
     def _refresh_metrics(self) -> None:
         """Gauges after a step: when due, and always when the engine goes idle (no step

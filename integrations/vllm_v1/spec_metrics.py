@@ -1,4 +1,4 @@
-"""Prometheus export of the suffix-automaton proposer's figures (``llmsp_spec_*``).
+"""Prometheus export of the suffix-automaton proposer's figures (``policies:spec_*``).
 
 vLLM's ``/metrics`` already carries its own spec-decode counters (``vllm:spec_decode_num_drafts``,
 ``..._num_draft_tokens``, ``..._num_accepted_tokens``, ``..._per_pos``). These add what only the
@@ -37,15 +37,16 @@ GAUGES = {
     "request_cache_bytes": "Bytes held by active requests' automata.",
     "tracked_requests": "Requests the proposer tracks.",
 }
-PREFIX = "llmsp_spec_"
-PUBLISH_EVERY_STEPS = 32
-"""Gauges are refreshed every this many steps (percentiles cost tens of microseconds)."""
+PREFIX = "policies:spec_"
+GAUGES_EVERY_STEPS = 32
+"""Gauges are refreshed every this many steps (percentiles cost tens of microseconds); counters
+advance every step, so they agree with vLLM's own counters whenever the engine is idle."""
 _DEFAULT: list[SpecPrometheus] = []
 
 
 @attrs.define(eq=False, kw_only=True)
 class SpecPrometheus:
-    """Counters advance by exact deltas; gauges are the latest snapshot (every few steps)."""
+    """Counters advance by exact deltas every step; gauges are a recent snapshot."""
 
     counters: dict[str, Any]
     gauges: dict[str, Any]
@@ -73,20 +74,24 @@ class SpecPrometheus:
             _DEFAULT.append(exporter)
         return exporter
 
-    def due(self) -> bool:
-        """Count a step; true every `PUBLISH_EVERY_STEPS` steps."""
-        self._calls += 1
-        return self._calls % PUBLISH_EVERY_STEPS == 0
-
-    def publish(self, stats: Any) -> None:
-        """Advance counters and set gauges to ``stats`` (a `SpecProposerStats`)."""
-        v = stats.verification
+    def count(self, verification: Any) -> None:
+        """Advance the counters to ``verification`` (a `SpecMetricsStats`); cheap, every step."""
         for name in COUNTERS:
-            value = getattr(v, name)
+            value = getattr(verification, name)
             delta = value - self._published.get(name, 0)
             if delta > 0:
                 self.counters[name].inc(delta)
             self._published[name] = value
+
+    def gauges_due(self) -> bool:
+        """Count a step; true every `GAUGES_EVERY_STEPS` steps."""
+        self._calls += 1
+        return self._calls % GAUGES_EVERY_STEPS == 0
+
+    def publish(self, stats: Any) -> None:
+        """Advance counters and set gauges to ``stats`` (a `SpecProposerStats`)."""
+        v = stats.verification
+        self.count(v)
         shared = stats.drafter.shared
         values = {"tau": v.tau, "acceptance_rate": v.acceptance_rate, "coverage": v.coverage,
                   "propose_p50_us": stats.propose_p50_us, "propose_p99_us": stats.propose_p99_us,

@@ -16,6 +16,10 @@ appends each request's new tokens to its automaton and to its shared-cache curso
 and hands finished requests' outputs to the shared cache. It records acceptance from the next
 step's sampled tokens, times every call, and exports both through `stats` and, when
 ``prometheus_client`` is present, Prometheus metrics (`SpecPrometheus`).
+
+Drafts the proposer makes may be trimmed by the scheduler (``Pipeline(speculation=...)``); its
+own ``drafted_tokens`` counts what it proposed, vLLM's ``spec_decode_num_draft_tokens`` what was
+verified. Accepted tokens agree between the two.
 """
 
 from __future__ import annotations
@@ -58,6 +62,18 @@ class SpecProposerStats:
     """Time appending tokens (automaton + shared cursors + cache inserts) per token appended."""
 
 
+def warm_up_kernels(config: DraftConfig) -> None:
+    """Run every numba kernel once on a throwaway drafter (loads or compiles them)."""
+    drafter = SuffixDrafter(config=config, shared=SharedSuffixCache(max_tokens=1024))
+    loop = np.tile(np.arange(1, 9, dtype=np.int32), 4)
+    for request in range(2):
+        drafter.start(request, loop)
+        drafter.propose(request)
+        drafter.extend(request, loop[:4])
+        drafter.propose(request)
+        drafter.finish(request)
+
+
 class SuffixAutomatonProposer:
     """vLLM ``custom_class`` proposer; drafts never change outputs, only how many steps they take.
 
@@ -88,7 +104,9 @@ class SuffixAutomatonProposer:
         self._update_tokens = 0
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
-        """Nothing to load (vLLM's CPU runner calls this unconditionally)."""
+        """Nothing to load; compiles the numba kernels now (vLLM calls this before serving), so
+        the first requests' latency and the latency stats exclude compilation."""
+        warm_up_kernels(self.drafter.config)
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray,
                 token_ids_cpu: np.ndarray, slot_mappings: Any = None) -> list[list[int]]:
@@ -100,8 +118,11 @@ class SuffixAutomatonProposer:
         for gone in self.rows.end_step():
             self.drafter.finish(gone.key)
         self._update_ns += time.perf_counter_ns() - t0
-        if self.prometheus is not None and self.prometheus.due():
-            self.prometheus.publish(self.stats())
+        if self.prometheus is not None:
+            if self.prometheus.gauges_due():
+                self.prometheus.publish(self.stats())
+            else:
+                self.prometheus.count(self.metrics.stats())
         return drafts
 
     def stats(self) -> SpecProposerStats:

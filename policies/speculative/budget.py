@@ -1,12 +1,30 @@
-"""A per-QoS-class cap on draft tokens: the hook the scheduling side turns down under load."""
+"""Per-QoS-class caps on draft tokens that tighten under load.
+
+Speculation spends verification compute and KV slots on tokens that may be rejected. When the
+engine is idle that is free; when requests queue or the KV cache fills, those slots belong to
+the waiting work. `SpeculationBudget` is the policy the scheduling pipeline consults
+(``Pipeline(speculation=...)``) to cap every running request's draft before a step.
+"""
 
 from __future__ import annotations
 
 import attrs
 
+from policies.validators import at_least
+from policies.views import LoadSnapshot
 
-def _non_negative(_instance: object, attribute: attrs.Attribute, value: int) -> None:
-    if value < 0:
+DEFAULT_CLASS = ""
+"""The class of a request that names none."""
+
+
+def _fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0 <= value <= 1:
+        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")
+
+
+def _optional_non_negative(_instance: object, attribute: attrs.Attribute,
+                           value: int | None) -> None:
+    if value is not None and value < 0:
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
 
 
@@ -21,14 +39,25 @@ class SpeculationBudgetStats:
 
 @attrs.define(eq=False, kw_only=True, on_setattr=attrs.setters.NO_OP)
 class SpeculationBudget:
-    """Draft length never exceeds the limit set for the request's class (or the default).
+    """A request's draft never exceeds ``limit(slo_class, load)``.
 
-    A controller (for example one reading `LoadSnapshot`) calls `set_limit("bronze", 0)` to turn
-    speculation off for a class under load and `clear` to restore the default.
+    The limit is the class's override (`set_limit`) or ``default_max_draft_tokens``; while the
+    engine is busy (``kv_usage >= busy_kv_usage`` or more than ``busy_waiting_requests``
+    requests waiting), classes outside ``protected_classes`` are further capped at
+    ``busy_max_draft_tokens`` (``None``: no load rule). Deterministic given its inputs.
     """
 
-    default_max_draft_tokens: int = attrs.field(default=32, validator=_non_negative)
+    default_max_draft_tokens: int = attrs.field(default=32, validator=at_least(0))
     """Limit for classes without an override."""
+    busy_max_draft_tokens: int | None = attrs.field(default=None,
+                                                    validator=_optional_non_negative)
+    """Cap for unprotected classes while busy (0 turns their speculation off)."""
+    busy_kv_usage: float = attrs.field(default=0.85, validator=_fraction)
+    """KV-cache usage at or above which the engine counts as busy."""
+    busy_waiting_requests: int | None = attrs.field(default=0, validator=_optional_non_negative)
+    """More waiting requests than this count as busy (``None``: the queue never does)."""
+    protected_classes: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    """Classes the load rule never caps (e.g. ``{"gold"}``)."""
     _limits: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
 
     def set_limit(self, slo_class: str, max_draft_tokens: int) -> None:
@@ -41,9 +70,21 @@ class SpeculationBudget:
         """Drop the override for ``slo_class`` (no-op without one)."""
         self._limits.pop(slo_class, None)
 
-    def limit(self, slo_class: str) -> int:
-        """The draft-token cap in force for ``slo_class``."""
-        return self._limits.get(slo_class, self.default_max_draft_tokens)
+    def busy(self, load: LoadSnapshot) -> bool:
+        """Whether ``load`` triggers the load rule."""
+        return (load.kv_usage >= self.busy_kv_usage
+                or (self.busy_waiting_requests is not None
+                    and load.waiting_requests > self.busy_waiting_requests))
+
+    def limit(self, slo_class: str | None, load: LoadSnapshot | None = None) -> int:
+        """The draft-token cap in force for ``slo_class`` (None: the default class) under
+        ``load`` (None: the load rule is not applied)."""
+        slo_class = slo_class or DEFAULT_CLASS
+        cap = self._limits.get(slo_class, self.default_max_draft_tokens)
+        if (self.busy_max_draft_tokens is not None and load is not None
+                and slo_class not in self.protected_classes and self.busy(load)):
+            cap = min(cap, self.busy_max_draft_tokens)
+        return cap
 
     def stats(self) -> SpeculationBudgetStats:
         """The default and the overrides now."""

@@ -100,7 +100,17 @@ def test_prometheus_export_advances_counters_by_exact_deltas():
     batch.step(proposer)
     exporter.publish(proposer.stats())
     exporter.publish(proposer.stats())
-    assert registry.get_sample_value("llmsp_spec_accepted_tokens_total") == len(draft)
-    assert registry.get_sample_value("llmsp_spec_steps_total") == 1
-    assert registry.get_sample_value("llmsp_spec_shared_cache_tokens") == 0
-    assert registry.get_sample_value("llmsp_spec_tau") == len(draft) + 1
+    assert registry.get_sample_value("policies:spec_accepted_tokens_total") == len(draft)
+    assert registry.get_sample_value("policies:spec_steps_total") == 1
+    assert registry.get_sample_value("policies:spec_shared_cache_tokens") == 0
+    assert registry.get_sample_value("policies:spec_tau") == len(draft) + 1
+
+
+def test_load_model_warms_kernels_without_touching_state():
+    proposer = make_proposer()
+    proposer.load_model()
+    stats = proposer.stats()
+    assert stats.drafter.proposals == 0
+    assert stats.tracked_requests == 0
+    assert stats.verification.steps == 0
+    assert stats.drafter.shared.tokens == 0

@@ -1,0 +1,36 @@
+"""Applying a `SpeculationBudget` to vLLM's running requests before a step.
+
+vLLM schedules ``request.spec_token_ids`` (the drafts, or under async scheduling the
+placeholders for drafts still being made) with the request's decode token; trimming that list
+before `Scheduler.schedule` is how the pipeline turns speculation down per class. It changes
+which tokens are verified in a step, never the output (drafts are verified by the target model).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from policies import LoadSnapshot
+from policies.speculative import SpeculationBudget
+
+
+def cap_drafts(running: Iterable[Any], budget: SpeculationBudget,
+               slo_class_of: Callable[[Any], str | None], load: LoadSnapshot) -> Counter[str]:
+    """Trim each running request's drafts to ``budget.limit(class, load)``.
+
+    Returns the draft tokens withheld, by class. A trimmed request gets a new list: the async
+    scheduler shares one placeholder list between requests, so it is never mutated in place.
+    """
+    withheld: Counter[str] = Counter()
+    for request in running:
+        drafts = request.spec_token_ids
+        if not drafts:
+            continue
+        slo_class = slo_class_of(request)
+        cap = budget.limit(slo_class, load)
+        if len(drafts) > cap:
+            withheld[slo_class or ""] += len(drafts) - cap
+            request.spec_token_ids = drafts[:cap]
+    return withheld
