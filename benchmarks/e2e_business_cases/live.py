@@ -46,6 +46,7 @@ from benchmarks.e2e_business_cases.workload import (
 from benchmarks.replay.metrics import DEFAULT_SLOS
 from benchmarks.replay.records import SystemRun
 from integrations.vllm_v1.server import API_SERVER_MODULE, LocalServer, offline_env
+from integrations.vllm_v1.step_log import step_log_server_args
 from integrations.vllm_v1.tiny_model import tiny_model_dir
 
 LIVE_SYSTEMS = ("fcfs", "pipeline+fixes")
@@ -79,6 +80,10 @@ class LiveScale:
     """Running slots of the live engine: few, so that the waiting queue's order matters."""
     max_num_batched_tokens: int = attrs.field(default=256, validator=attrs.validators.gt(0))
     """Tokens per step: a long prompt's prefill takes several steps, as on a real engine."""
+    dtype: str = "float32"
+    """Model dtype (``bfloat16`` on a GPU)."""
+    enforce_eager: bool = True
+    """No CUDA graphs (a CPU engine has none; a GPU run turns them on)."""
 
     @property
     def time_scale(self) -> float:
@@ -86,9 +91,11 @@ class LiveScale:
         return self.phase_s / REFERENCE_PHASE_S
 
     def vllm_args(self) -> tuple[str, ...]:
-        """Server flags shared by every system: tiny model, dummy weights, this engine size."""
-        return ("--load-format", "dummy", "--dtype", "float32", "--enforce-eager",
-                "--max-model-len", str(self.max_model_len),
+        """Server flags shared by every system: dummy weights, this engine size, synchronous
+        scheduling (so a step log times each step; every system runs the same way)."""
+        return ("--load-format", "dummy", "--dtype", self.dtype,
+                *(("--enforce-eager",) if self.enforce_eager else ()),
+                "--no-async-scheduling", "--max-model-len", str(self.max_model_len),
                 "--max-num-seqs", str(self.max_num_seqs),
                 "--max-num-batched-tokens", str(self.max_num_batched_tokens),
                 "--enable-prompt-tokens-details", "--disable-uvicorn-access-log",
@@ -137,13 +144,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(system: str, scale: LiveScale, *, log_path: Path) -> LocalServer:
-    """An OpenAI server on the tiny model for one of `SYSTEMS` (stock: no pipeline at all)."""
-    model = str(tiny_model_dir("dummy"))
+def start_server(system: str, scale: LiveScale, *, model: str, log_path: Path,
+                 step_log: Path | None = None) -> LocalServer:
+    """An OpenAI server on ``model`` for one of `SYSTEMS` (stock: no pipeline at all).
+
+    With ``step_log``, a pipeline system's engine also logs every step there (the input of
+    the replay's cost-model calibration); stock systems cannot log steps.
+    """
     port = free_port()
     if system in PIPELINES:
-        return PIPELINES[system]().serve(model, port=port, vllm_args=scale.vllm_args(),
-                                         log_path=str(log_path))
+        pipeline = PIPELINES[system]()
+        extra = () if step_log is None else step_log_server_args(pipeline, step_log)
+        return pipeline.serve(model, port=port, vllm_args=(*scale.vllm_args(), *extra),
+                              log_path=str(log_path))
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}: use one of {', '.join(SYSTEMS)}")
     argv = [sys.executable, "-m", API_SERVER_MODULE, "--model", model, "--host", "127.0.0.1",
@@ -170,10 +183,12 @@ def _warm_up(server: LocalServer, model: str) -> None:
 
 
 def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *,
-               log_dir: Path) -> tuple[SystemRun, dict]:
+               model: str, log_dir: Path, step_log: Path | None = None
+               ) -> tuple[SystemRun, dict]:
     """Start ``system``'s server, play ``requests`` through it, stop it; the run and timings."""
     started = time.perf_counter()
-    with start_server(system, scale, log_path=log_dir / f"{system}.log") as server:
+    with start_server(system, scale, model=model, log_path=log_dir / f"{system}.log",
+                      step_log=step_log) as server:
         server.wait_until_healthy(timeout_s=600)
         model = served_model(server)
         _warm_up(server, model)
@@ -190,9 +205,13 @@ def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *
 
 def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,
                    systems: Sequence[str] = LIVE_SYSTEMS, phases: int | None = None,
-                   log_dir: Path | None = None,
+                   log_dir: Path | None = None, model: str | None = None,
+                   step_logs: Path | None = None,
                    progress: Callable[[str], None] | None = None) -> dict:
     """Play the scaled workload through each system's live server in turn; a study summary.
+
+    ``model`` defaults to the embedded tiny model; with ``step_logs`` (a directory) each
+    pipeline system's steps are logged to ``step_logs/<system>.jsonl``.
 
     The summary has the replay study's shape (``config``, ``phases`` with a
     `phase_metrics.phase_metrics` per system, ``targets``) plus ``live``: the
@@ -207,11 +226,16 @@ def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,
     requests = live_requests(workload, scale)
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="live-business-case-"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    if step_logs is not None:
+        step_logs.mkdir(parents=True, exist_ok=True)
+    model = model or str(tiny_model_dir("dummy"))
     per_system, timings = {}, {}
     for system in systems:
         if progress:
             progress(system)
-        run, timings[system] = run_system(system, requests, scale, log_dir=log_dir)
+        run, timings[system] = run_system(
+            system, requests, scale, model=model, log_dir=log_dir,
+            step_log=None if step_logs is None else step_logs / f"{system}.jsonl")
         per_system[system] = run_phases(run, workload, DEFAULT_SLOS)
         timings[system]["records"] = _outcomes(run)
     summary = {
@@ -219,7 +243,7 @@ def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,
                    "switch_tenant": workload.switch_tenant, "switch_s": workload.switch_s,
                    "weights": workload.weights,
                    "slos": {k: attrs.asdict(v) for k, v in DEFAULT_SLOS.items()},
-                   "model": "tiny-llama (dummy weights, CPU)"},
+                   "model": model},
         "live": {"scale": attrs.asdict(scale), "systems": timings,
                  "prompt_tokens": sum(len(r.prompt_token_ids) for r in requests),
                  "max_tokens": sum(r.max_tokens for r in requests)},

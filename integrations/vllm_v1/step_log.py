@@ -40,6 +40,15 @@ def step_log_engine_kwargs(pipeline: Pipeline, path: str | Path, **engine_kwargs
     return kwargs
 
 
+def step_log_server_args(pipeline: Pipeline, path: str | Path) -> tuple[str, ...]:
+    """Extra OpenAI-server flags that run ``pipeline`` and log the engine's steps to ``path``
+    (they override the scheduler class and config `Pipeline.serve` passes; needs
+    ``--no-async-scheduling``)."""
+    kwargs = step_log_engine_kwargs(pipeline, path)
+    return ("--scheduler-cls", kwargs["scheduler_cls"],
+            "--additional-config", json.dumps(kwargs["additional_config"]))
+
+
 def read_step_log(path: str | Path) -> list[dict]:
     """The events of a step log, in order."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line]

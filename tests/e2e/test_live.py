@@ -8,7 +8,7 @@ import attrs
 import pytest
 from aiohttp import web
 
-from benchmarks.e2e_business_cases.live import LiveScale, live_requests, run_live_study, write_live
+from benchmarks.e2e_business_cases.live import LiveScale, live_requests
 from benchmarks.e2e_business_cases.live_client import LiveRequest, parse_gauges, play
 from benchmarks.e2e_business_cases.workload import (
     BASE_RATE_SCALE,
@@ -16,7 +16,10 @@ from benchmarks.e2e_business_cases.workload import (
     SWITCH_TENANT,
     business_workload,
 )
+from benchmarks.gpu.validate import LLAMA3_8B_SHAPE, run_validation
 from benchmarks.replay.trace import TraceRequest
+from integrations.vllm_v1.step_log import read_step_log
+from integrations.vllm_v1.tiny_model import tiny_model_dir
 
 SCALE = LiveScale(phase_s=2.0)
 
@@ -110,10 +113,17 @@ def test_client_classifies_rejections_empty_streams_cancels_and_completions():
 
 
 @pytest.mark.engine
-def test_a_tiny_live_run_conserves_every_request(tmp_path):
+def test_a_tiny_live_run_conserves_every_request_and_calibrates(tmp_path):
+    """The GPU validation's own code path (`run_validation`) on the tiny CPU model."""
     scale = attrs.evolve(SCALE, rate_scale=BASE_RATE_SCALE)
-    summary = run_live_study(scale=scale, systems=("pipeline+fixes",), log_dir=tmp_path / "logs")
-    write_live(summary, tmp_path)
+    summary = run_validation(tmp_path, scale=scale, model=str(tiny_model_dir("dummy")),
+                             systems=("pipeline+fixes",))
+    steps = read_step_log(tmp_path / "step_logs" / "pipeline+fixes.jsonl")
+    assert sum(e["event"] == "add" for e in steps) >= summary["config"]["requests"]
+    assert summary["calibration"]["samples"] == sum(
+        e["event"] == "step" and e["duration_s"] > 0 for e in steps) > 0
+    assert json.loads((tmp_path / "cost_model.json").read_text()) == (
+        summary["calibration"]["cost_model"])
     assert json.loads((tmp_path / "live_summary.json").read_text())["phases"] == summary["phases"]
     assert "Gold short-request TTFT p99" in (tmp_path / "live_report.md").read_text()
     assert [p["name"] for p in summary["phases"]] == [p.name for p in PHASES]
@@ -127,3 +137,19 @@ def test_a_tiny_live_run_conserves_every_request(tmp_path):
         assert set(m["ttft_p99_s_by_tier"]) == {"gold", "silver", "bronze"}
     assert sum(m["completed"] for m in phases) > 0
     assert summary["live"]["systems"]["pipeline+fixes"]["played_s"] > 0
+
+
+def test_gpu_validation_runs_llama3_8b_layers_at_the_study_shape():
+    from benchmarks.e2e_business_cases.study import SHAPE
+    from benchmarks.gpu.validate import GPU_SCALE
+
+    config = LLAMA3_8B_SHAPE.config()
+    assert (config["hidden_size"], config["num_hidden_layers"], config["intermediate_size"],
+            config["num_attention_heads"], config["num_key_value_heads"]) == (
+        4096, 32, 14336, 32, 8)
+    assert (GPU_SCALE.max_num_seqs, GPU_SCALE.max_num_batched_tokens,
+            GPU_SCALE.max_model_len) == (SHAPE.max_num_seqs, SHAPE.max_num_batched_tokens,
+                                         SHAPE.max_model_len)
+    args = GPU_SCALE.vllm_args()
+    assert "--enforce-eager" not in args and "--no-async-scheduling" in args
+    assert args[args.index("--dtype") + 1] == "bfloat16"
