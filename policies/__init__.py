@@ -12,6 +12,7 @@ from policies.admission import (
     QueueDepthLimit,
 )
 from policies.cache_aware import CacheAwareRanker, LoadAwareRanking
+from policies.cache_warming import PrefixWarmer, PrefixWarmerStats, WarmPrefix
 from policies.clock import ManualClock
 from policies.deadline import EDFRanker
 from policies.errors import InvalidRequestMetadata
@@ -114,6 +115,9 @@ __all__ = [
     "PromptVersions",
     "RetentionHints",
     "CacheAwareRanker",
+    "PrefixWarmer",
+    "PrefixWarmerStats",
+    "WarmPrefix",
     "LoadAwareRanking",
     "KVWatermarks",
     "AdmissionPolicy",

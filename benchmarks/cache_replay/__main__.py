@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from benchmarks.cache_replay.restart import replay_restart
 from benchmarks.cache_replay.simulate import ReplayResult, replay_opt, replay_order
 from benchmarks.replay.datasets import load_trace
 from policies.eviction import LRU, SegmentedLRU
@@ -73,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-requests", type=int, default=None)
     parser.add_argument("--cache-blocks", type=int, nargs="+", default=[2000])
     parser.add_argument("--policies", default="lru,slru,opt")
+    parser.add_argument("--restart-at", type=float, default=None,
+                        help="also restart the engine at this fraction of the trace and compare "
+                             "a cold cache with one warmed by PrefixWarmer (see `restart`)")
+    parser.add_argument("--window", type=int, default=500,
+                        help="requests measured after the restart")
     parser.add_argument("--out", type=Path, required=True)
     return parser
 
@@ -92,12 +98,23 @@ def main(argv: list[str] | None = None) -> dict:
     summary = {"trace": trace.name, "block_size": trace.block_size,
                "requests": len(chains), "results": [attrs.asdict(r) for r in results],
                "gap_closed": gap_closed(results)}
+    if args.restart_at is not None:
+        restart_index = int(len(chains) * args.restart_at)
+        arrivals = [request.arrival_s for request in trace.requests]
+        summary["restart"] = [attrs.asdict(replay_restart(
+            chains, arrivals, size, restart_index=restart_index, window=args.window))
+            for size in args.cache_blocks]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot(results, args.out / "hit_rate.png", f"{trace.name}: hit rate vs cache size")
     print(f"{'cache_blocks':>12}" + "".join(f"{p:>9}" for p in policies))
     for size in args.cache_blocks:
         rates = {r.policy: r.hit_rate for r in results if r.cache_blocks == size}
         print(f"{size:>12}" + "".join(f"{100 * rates[p]:>8.2f}%" for p in policies))
+    for row in summary.get("restart", []):
+        print(f"restart at request {row['restart_index']}, next {row['window']} requests, "
+              f"{row['cache_blocks']} blocks: cold {100 * row['cold_hit_rate']:.2f}% -> warmed "
+              f"{100 * row['warmed_hit_rate']:.2f}% ({row['warm_prefixes']} prefixes, "
+              f"{row['warm_blocks']} blocks prefilled)")
     print(f"\nwrote summary.json and hit_rate.png to {args.out}")
     return summary
 

@@ -99,6 +99,12 @@ class PolicyMetrics:
             "policies:spec_draft_tokens_withheld",
             "Draft tokens trimmed by the speculation budget, by SLO class",
             ["slo_class"], registry=registry)
+        self._warm_requests = PromCounter("policies:cache_warm_requests",
+                                          "Warm-up requests for hot prompt prefixes",
+                                          registry=registry)
+        self._warm_tokens = PromCounter("policies:cache_warm_tokens",
+                                        "Prompt tokens prefilled by warm-up requests",
+                                        registry=registry)
         self._eviction_seen: dict[tuple[str, str], int] = {}
         """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
@@ -123,6 +129,11 @@ class PolicyMetrics:
 
     def drafts_withheld(self, slo_class: str, tokens: int) -> None:
         self._drafts_withheld.labels(slo_class=slo_class or "default").inc(tokens)
+
+    def warmed(self, tokens: int) -> None:
+        """A warm-up request of ``tokens`` prompt tokens was added."""
+        self._warm_requests.inc()
+        self._warm_tokens.inc(tokens)
 
     def prefix_hits(self, tenant: str, prompt_tokens: int, hit_tokens: int) -> None:
         """A request of ``tenant`` was scheduled for the first time with ``hit_tokens`` cached."""

@@ -24,6 +24,7 @@ from policies import (
     TenantQuota,
     TokenCapPolicy,
 )
+from policies.cache_warming import PrefixWarmer
 from policies.eviction import EvictionOrder
 from policies.speculative import SpeculationBudget
 
@@ -99,6 +100,13 @@ class Pipeline:
         validator=attrs.validators.optional(attrs.validators.instance_of(SpeculationBudget)))
     """Caps each running request's draft tokens by class and load before a step (needs a
     ``speculative_config``; see `integrations.vllm_v1.spec_budget`)."""
+    warming: PrefixWarmer | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(PrefixWarmer)))
+    """Learns recurring prompt prefixes and pre-populates them while the engine is quiet
+    (see `integrations.vllm_v1.cache_warming`)."""
+    warming_state_path: str | None = None
+    """Where ``warming`` keeps its hot prefixes across restarts (None: not kept)."""
     eviction: EvictionOrder | None = attrs.field(
         default=None, validator=_implements(EvictionOrder, optional=True)
     )
@@ -114,7 +122,7 @@ class Pipeline:
     def policies(self) -> tuple[object, ...]:
         """Every policy in the pipeline, in layer order."""
         slots = (self.fairness, self.ranking, self.levels, self.rate, self.admission,
-                 self.watermarks, self.deadlines, self.quotas, self.speculation)
+                 self.watermarks, self.deadlines, self.quotas, self.speculation, self.warming)
         return tuple(p for p in slots if p is not None)
 
     @property

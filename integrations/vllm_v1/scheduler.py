@@ -98,6 +98,12 @@ class PolicySchedulerMixin:
 
             self._eviction_queue = install_eviction(self, pipeline.eviction)
         self._metrics = PolicyMetrics.from_environment()
+        self._warmer = None
+        if pipeline.warming is not None:  # proactive cache warming
+            from integrations.vllm_v1.cache_warming import EngineCacheWarmer
+
+            self._warmer = EngineCacheWarmer(self, pipeline.warming, pipeline.warming_state_path,
+                                             metrics=self._metrics)
 
     # -- views, keys and load -------------------------------------------------
 
@@ -189,6 +195,8 @@ class PolicySchedulerMixin:
         if self._eviction_queue is not None:  # cache versioning: the prompt root it opens with
             self._eviction_queue.observe_request(request, metadata.tenant)
         super().add_request(request)
+        if self._warmer is not None:
+            self._warmer.observe(request)
         for observer in self._observers:
             observer.on_admitted(view, now)
 
@@ -207,7 +215,13 @@ class PolicySchedulerMixin:
                                  RequestStatus.FINISHED_ABORTED)
 
     def has_requests(self) -> bool:
-        return bool(self._rejections) or super().has_requests()
+        return (bool(self._rejections) or super().has_requests()
+                or (self._warmer is not None and self._warmer.pending()))
+
+    def shutdown(self) -> None:
+        if self._warmer is not None:
+            self._warmer.save(self.clock())
+        super().shutdown()
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any
                            ) -> dict[int, EngineCoreOutputs]:
@@ -239,6 +253,8 @@ class PolicySchedulerMixin:
         self._load = self.load_snapshot(now) if self.pipeline.rate is not None else None
         if self.pipeline.speculation is not None:
             self._cap_drafts(now)
+        if self._warmer is not None:
+            self._warmer.before_step(self._load or self.load_snapshot(now))
         return super().schedule(throttle_prefills)
 
     def _cap_drafts(self, now: float) -> None:
