@@ -21,13 +21,8 @@ from typing import Any
 
 import attrs
 
-from policies.validators import at_least, finite_positive
+from policies.validators import at_least, finite_positive, fraction
 from policies.views import LoadSnapshot
-
-
-def _fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 <= value <= 1:
-        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -82,7 +77,7 @@ class PrefixWarmer:
     """Most prefixes `next_to_warm` considers (the highest-scoring)."""
     max_tracked_blocks: int = attrs.field(default=8192, validator=at_least(1))
     """Block keys counted at once."""
-    max_kv_usage: float = attrs.field(default=0.5, validator=_fraction)
+    max_kv_usage: float = attrs.field(default=0.5, validator=fraction)
     """Warm only while KV usage is below this."""
     max_waiting_requests: int = attrs.field(default=0, validator=at_least(0))
     """Warm only while at most this many requests wait."""

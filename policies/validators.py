@@ -27,3 +27,9 @@ def at_least(minimum: float):
             raise ValueError(f"{attribute.name} must be >= {minimum}, got {value!r}")
 
     return check
+
+
+def fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    """``0 <= value <= 1`` (NaN fails)."""
+    if not 0 <= value <= 1:
+        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")

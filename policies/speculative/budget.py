@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import attrs
 
-from policies.validators import at_least
+from policies.validators import at_least, fraction
 from policies.views import LoadSnapshot
 
 DEFAULT_CLASS = ""
 """The class of a request that names none."""
 
-
-def _fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 <= value <= 1:
-        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")
 
 
 def _optional_non_negative(_instance: object, attribute: attrs.Attribute,
@@ -52,7 +48,7 @@ class SpeculationBudget:
     busy_max_draft_tokens: int | None = attrs.field(default=None,
                                                     validator=_optional_non_negative)
     """Cap for unprotected classes while busy (0 turns their speculation off)."""
-    busy_kv_usage: float = attrs.field(default=0.85, validator=_fraction)
+    busy_kv_usage: float = attrs.field(default=0.85, validator=fraction)
     """KV-cache usage at or above which the engine counts as busy."""
     busy_waiting_requests: int | None = attrs.field(default=0, validator=_optional_non_negative)
     """More waiting requests than this count as busy (``None``: the queue never does)."""

@@ -26,12 +26,7 @@ import numpy as np
 from policies.speculative.automaton import AutomatonStats, Cursor, SuffixAutomaton
 from policies.speculative.budget import SpeculationBudget
 from policies.speculative.shared import SharedCacheStats, SharedCursors, SharedSuffixCache
-from policies.validators import at_least
-
-
-def _probability(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 <= value <= 1:
-        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")
+from policies.validators import at_least, fraction
 
 
 class DraftSource(enum.Enum):
@@ -52,7 +47,7 @@ class DraftConfig:
     """A draft has at most ``match_scale * match_tokens + match_offset_tokens`` tokens."""
     match_offset_tokens: float = attrs.field(default=1.0, validator=at_least(0.0))
     """See ``match_scale``."""
-    min_token_prob: float = attrs.field(default=0.1, validator=_probability)
+    min_token_prob: float = attrs.field(default=0.1, validator=fraction)
     """Stop before the draft's cumulative probability falls below this floor."""
     min_match_tokens: int = attrs.field(default=1, validator=at_least(1))
     """Draft nothing from a match shorter than this (the minimum-match gate)."""
