@@ -20,7 +20,6 @@ from policies.eviction import (
     LRU,
     EvictionOrder,
     EvictionStats,
-    PromptVersions,
     RetentionHints,
     Segment,
     SegmentedLRU,
@@ -51,6 +50,7 @@ from policies.pd_router import (
     RouteReason,
     chain_keys,
 )
+from policies.prompt_versions import PromptVersions
 from policies.protocols import (
     AdmissionPolicy,
     DeadlinePolicy,

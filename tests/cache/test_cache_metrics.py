@@ -5,7 +5,7 @@ from prometheus_client import CollectorRegistry
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
 from integrations.vllm_v1.metrics import PolicyMetrics
 from policies import SegmentedLRU
-from policies.eviction import PromptVersions
+from policies.prompt_versions import PromptVersions
 
 
 def make():

@@ -7,7 +7,8 @@ from vllm.v1.request import RequestStatus
 
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
 from policies import LRU, Segment, SegmentedLRU
-from policies.eviction import PromptVersions, RetentionHints
+from policies.eviction import RetentionHints
+from policies.prompt_versions import PromptVersions
 from tests.cache.test_free_block_queue import check_pool
 
 
