@@ -50,6 +50,7 @@ from policies.pd_router import (
     RouteReason,
     chain_keys,
 )
+from policies.prefill_guard import InteractivePrefillGuard, PrefillGuardStats
 from policies.prompt_versions import PromptVersions
 from policies.protocols import (
     AdmissionPolicy,
@@ -115,6 +116,8 @@ __all__ = [
     "PromptVersions",
     "RetentionHints",
     "CacheAwareRanker",
+    "InteractivePrefillGuard",
+    "PrefillGuardStats",
     "PrefixWarmer",
     "PrefixWarmerStats",
     "WarmPrefix",

@@ -25,7 +25,7 @@ from benchmarks.e2e_business_cases.live import LIVE_SYSTEMS, main_live
 from benchmarks.e2e_business_cases.plots import FIGURES, plot_all
 from benchmarks.e2e_business_cases.report import console_table, markdown_report
 from benchmarks.e2e_business_cases.study import run_study
-from benchmarks.e2e_business_cases.systems import SYSTEMS
+from benchmarks.e2e_business_cases.systems import PIPELINES, SYSTEMS
 from benchmarks.e2e_business_cases.workload import business_workload
 
 PHASE_S = 60.0
@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds per phase (overrides --quick)")
     parser.add_argument("--seed", type=int, default=0, help="workload seed")
     parser.add_argument("--systems", default=None,
-                        help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all; "
+                        help=f"comma-separated systems (default: {','.join(SYSTEMS)}; also "
+                             f"{','.join(p for p in PIPELINES if p not in SYSTEMS)}; "
                              f"with --live: {','.join(LIVE_SYSTEMS)})")
     parser.add_argument("--live", action="store_true",
                         help="a scaled-down run through real CPU vLLM servers over HTTP "

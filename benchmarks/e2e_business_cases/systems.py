@@ -3,6 +3,7 @@
 - ``fcfs`` and ``priority``: stock vLLM with its own queue policies.
 - ``pipeline``: `business_pipeline`, the project's full composition without fixes.
 - ``pipeline+fixes``: `fixes_pipeline`, the same pipeline with the fix policies in.
+- ``pipeline+fixes+guard`` (on request only): `guarded_pipeline`, an ablation.
 
 Pipelines hold stateful policies, so each run builds its own from these functions.
 """
@@ -18,6 +19,7 @@ from integrations.vllm_v1.harness import EngineShape, SchedulerHarness
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.presets import TENANT_WEIGHTS, default_pipeline
 from policies import EDFRanker, TenantPrefillBudget, TokenCaps
+from policies.prefill_guard import InteractivePrefillGuard
 
 
 def business_pipeline() -> Pipeline:
@@ -47,12 +49,23 @@ def fixes_pipeline() -> Pipeline:
                         deadlines=EDFRanker())
 
 
+def guarded_pipeline() -> Pipeline:
+    """`fixes_pipeline` plus `InteractivePrefillGuard`: a long prompt's prefill chunk is held
+    to 1,024 tokens while a short prompt has prefill outstanding (an ablation, not a default:
+    short prompts gain, long ones lose; see the docs)."""
+    pipeline = fixes_pipeline()
+    return attrs.evolve(pipeline, rate=TokenCaps(policies=(*pipeline.rate.policies,
+                                                          InteractivePrefillGuard())))
+
+
 PIPELINES: Mapping[str, Callable[[], Pipeline]] = {
     "pipeline": business_pipeline,
     "pipeline+fixes": fixes_pipeline,
+    "pipeline+fixes+guard": guarded_pipeline,
 }
-SYSTEMS: tuple[str, ...] = ("fcfs", "priority", *PIPELINES)
-"""Every system of the study, in table order."""
+SYSTEMS: tuple[str, ...] = ("fcfs", "priority", "pipeline", "pipeline+fixes")
+"""The systems a study runs by default, in table order (``--systems`` also takes every name in
+`PIPELINES`)."""
 
 
 def build_system(name: str, shape: EngineShape) -> SchedulerHarness:
@@ -65,4 +78,4 @@ def build_system(name: str, shape: EngineShape) -> SchedulerHarness:
         return SchedulerHarness.build(PIPELINES[name](), shape=shape)
     if name in SYSTEMS:
         return build_harness(name, shape)
-    raise ValueError(f"unknown system {name!r}: use one of {', '.join(SYSTEMS)}")
+    raise ValueError(f"unknown system {name!r}: use one of {', '.join((*SYSTEMS[:2], *PIPELINES))}")

@@ -16,7 +16,7 @@ A metric that is missing (e.g. no Gold short request completed) fails its target
 from __future__ import annotations
 
 BASELINE = "fcfs"
-CANDIDATES = ("pipeline", "pipeline+fixes")
+CANDIDATES = ("pipeline", "pipeline+fixes", "pipeline+fixes+guard")
 SHORT_RATIO = 0.5
 JAIN_MIN = 0.95
 JAIN_PHASES = (2, 3, 4)
