@@ -74,8 +74,11 @@ class EngineCacheWarmer:
         return self._pending
 
     def before_step(self, load: LoadSnapshot) -> None:
-        """Add warm-up requests for uncached hot prefixes if the engine is quiet (looked at
-        most every ``check_interval_s``, each step while restored prefixes are pending)."""
+        """Save the hot set if it changed; add warm-up requests for uncached hot prefixes if the
+        engine is quiet (looked at most every ``check_interval_s``, each step while restored
+        prefixes are pending)."""
+        if self._dirty and load.now >= self._next_save:
+            self.save(load.now)
         if load.now < self._next_check and not self._pending:
             return
         if not self._restored:
@@ -92,8 +95,6 @@ class EngineCacheWarmer:
                 self.metrics.warmed(len(prefix.tokens))
         if not chosen:
             self._pending = False
-        if self._dirty and load.now >= self._next_save:
-            self.save(load.now)
 
     def save(self, now: float) -> None:
         """Write the hot set to ``state_path`` atomically (done when a prefix turns hot, at
