@@ -32,6 +32,7 @@ from policies.isolation import (
     TenantUsage,
     TokenCaps,
 )
+from policies.kv_tiering import Tier, TierMove, TierPlacement, TierStats
 from policies.levels import MLFQ, MLFQStats
 from policies.metadata import (
     PRIORITY_MAX,
@@ -50,6 +51,7 @@ from policies.pd_router import (
     RouteReason,
     chain_keys,
 )
+from policies.pd_scheduling import DecodeKVGate
 from policies.prefill_guard import InteractivePrefillGuard, PrefillGuardStats
 from policies.prompt_versions import PromptVersions
 from policies.protocols import (
@@ -82,6 +84,10 @@ from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [
+    "Tier",
+    "TierMove",
+    "TierPlacement",
+    "TierStats",
     "PrefillBudgetStats",
     "TenantPrefillBudget",
     "TenantQuota",
@@ -107,6 +113,7 @@ __all__ = [
     "RouteDecision",
     "RouteReason",
     "chain_keys",
+    "DecodeKVGate",
     "EDFRanker",
     "EvictionOrder",
     "EvictionStats",

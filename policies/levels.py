@@ -62,6 +62,8 @@ class _Service:
     service_tokens: int = 0
     preemptions: int = 0
     level: int = 0
+    relevel_at_tokens: float = 0.0
+    """Service at which the level by usage next changes (0: not computed yet)."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -105,10 +107,11 @@ class MLFQ:
 
     def level_for(self, prompt_tokens: int, service_tokens: int, preemptions: int) -> int:
         """The level of a request with this prompt, service and preemption count."""
-        by_usage = min(
-            bisect.bisect_right(self._bounds_tokens, service_tokens), self.num_levels - 1
-        )
+        by_usage = self._level_by_usage(service_tokens)
         return max(0, max(self.start_level(prompt_tokens), by_usage) - preemptions)
+
+    def _level_by_usage(self, service_tokens: float) -> int:
+        return min(bisect.bisect_right(self._bounds_tokens, service_tokens), self.num_levels - 1)
 
     def level(self, request: RequestView) -> int:
         """``request``'s current level, 0 being the most urgent."""
@@ -120,14 +123,18 @@ class MLFQ:
     def on_scheduled(self, request: RequestView, tokens: int, now: float) -> None:
         """Add ``tokens`` (prefill or decode) to the request's service; it may be demoted.
 
+        O(1) until the service crosses the next level bound (the level is only
+        recomputed then). Only ``request_id`` and ``prompt_tokens`` of the view are read.
+
         Raises:
             ValueError: ``tokens`` is negative.
         """
         if tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {tokens!r}")
-        state = self._track(request)
+        state = self._requests.get(request.request_id) or self._track(request)
         state.service_tokens += tokens
-        self._relevel(state)
+        if state.service_tokens >= state.relevel_at_tokens:
+            self._relevel(state)
 
     def on_preempted(self, request: RequestView) -> None:
         """Promote the request by one level (none at level 0)."""
@@ -165,6 +172,10 @@ class MLFQ:
             assert state.level == self.level_for(
                 state.prompt_tokens, state.service_tokens, state.preemptions
             )
+            by_usage = self._level_by_usage(state.service_tokens)
+            assert state.relevel_at_tokens <= (
+                self._bounds_tokens[by_usage] if by_usage < self.num_levels - 1 else math.inf
+            ), "a level bound would be crossed without re-levelling"
             counts[state.level] += 1
         assert counts == self._per_level, (counts, self._per_level)
         assert self._demotions >= 0 and self._promotions >= 0
@@ -182,6 +193,9 @@ class MLFQ:
         return state
 
     def _relevel(self, state: _Service) -> None:
+        by_usage = self._level_by_usage(state.service_tokens)
+        state.relevel_at_tokens = (
+            self._bounds_tokens[by_usage] if by_usage < self.num_levels - 1 else math.inf)
         new = self.level_for(state.prompt_tokens, state.service_tokens, state.preemptions)
         if new > state.level:
             self._demotions += new - state.level

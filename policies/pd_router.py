@@ -4,7 +4,7 @@ A disaggregated deployment runs N prefill and M decode instances; a request's
 prompt is computed on a prefill instance, its KV moves to a decode instance,
 which generates the rest. `PDRouter` chooses both instances:
 
-- **Prefix affinity**: an approximate `PrefixIndex` remembers which instance was
+- **Prefix affinity**: an approximate `PrefixIndex` (`policies.pd_index`) remembers which instance was
   sent which prompt blocks (bounded, least recently routed forgotten first). A
   decode instance that holds a prefix needs less KV sent; a prefill instance
   that holds one computes less.
@@ -27,15 +27,18 @@ given their inputs and the injected ``rng``.
 from __future__ import annotations
 
 import enum
-import itertools
 import random
-from collections import Counter, OrderedDict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
 from types import MappingProxyType
 
 import attrs
 
+from policies.pd_index import PrefixIndex, chain_keys
 from policies.validators import finite_non_negative
+
+__all__ = ["InstanceLoad", "LeastLoadedRouter", "PDRouter", "PDRouterStats", "PrefixIndex",
+           "RoundRobinRouter", "RouteDecision", "RouteReason", "chain_keys"]
 
 
 def _int_at_least(minimum: int):
@@ -58,20 +61,6 @@ def _fraction(_instance: object, attribute: attrs.Attribute, value: float) -> No
 def _names(_instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
     if len(set(value)) != len(value) or not all(isinstance(n, str) and n for n in value):
         raise ValueError(f"{attribute.name} must be distinct non-empty names, got {value!r}")
-
-
-def chain_keys(block_hashes: Iterable[Hashable]) -> list[int]:
-    """Keys that identify each block *with its whole prefix*, from per-block content hashes.
-
-    Equal keys at position ``i`` mean equal prompts up to block ``i`` (up to hash
-    collisions), which is what a prefix cache can reuse. vLLM's own block hashes
-    already chain and need no conversion.
-    """
-    keys, key = [], 0
-    for block_hash in block_hashes:
-        key = hash((key, block_hash))
-        keys.append(key)
-    return keys
 
 
 @attrs.frozen(kw_only=True)
@@ -119,95 +108,6 @@ class RouteDecision:
     """Blocks of the prompt the router believes the prefill instance holds."""
     decode_cached_blocks: int = 0
     """Blocks of the prompt the router believes the decode instance holds (not sent again)."""
-
-
-@attrs.define(eq=False, kw_only=True)
-class PrefixIndex:
-    """Approximate prefix caches: which instance holds which chained block keys.
-
-    Each instance remembers at most ``capacity_blocks`` keys and forgets the least
-    recently inserted or touched first, as an LRU prefix cache would. `match`
-    costs one set intersection per matched block, whatever the instance count.
-    """
-
-    capacity_blocks: int = attrs.field(validator=_positive_int)
-    _holders: dict[Hashable, set[str]] = attrs.field(init=False, repr=False, factory=dict)
-    _lru: dict[str, OrderedDict[Hashable, None]] = attrs.field(init=False, repr=False,
-                                                              factory=dict)
-    evictions: int = attrs.field(init=False, default=0)
-
-    def match(self, keys: Sequence[Hashable]) -> dict[str, int]:
-        """Leading keys of ``keys`` each instance holds (instances holding none are absent)."""
-        index = self._holders
-        first = index.get(keys[0]) if keys else None
-        if not first:
-            return {}
-        matched: dict[str, int] = {}
-        alive, depth = set(first), 1
-        for key in itertools.islice(keys, 1, None):
-            holders = index.get(key)
-            if holders is None:
-                break
-            if not alive <= holders:  # someone's prefix ends here
-                for name in alive - holders:
-                    matched[name] = depth
-                alive &= holders
-                if not alive:
-                    break
-            depth += 1
-        for name in alive:
-            matched[name] = depth
-        return matched
-
-    def insert(self, name: str, keys: Iterable[Hashable]) -> None:
-        """``name`` now holds ``keys`` (most recently used); forget its oldest over capacity."""
-        lru = self._lru.setdefault(name, OrderedDict())
-        holders, touch = self._holders, lru.move_to_end
-        for key in keys:
-            if key in lru:
-                touch(key)
-                continue
-            lru[key] = None
-            if key in holders:
-                holders[key].add(name)
-            else:
-                holders[key] = {name}
-            if len(lru) > self.capacity_blocks:
-                old, _ = lru.popitem(last=False)
-                self._unlink(old, name)
-                self.evictions += 1
-
-    def drop(self, name: str, keys: Iterable[Hashable]) -> None:
-        """``name`` no longer holds ``keys`` (e.g. from vLLM ``BlockRemoved`` KV events)."""
-        lru = self._lru.get(name, {})
-        for key in keys:
-            if key in lru:
-                del lru[key]
-                self._unlink(key, name)
-
-    def clear(self, name: str) -> None:
-        """Forget everything ``name`` held (it restarted with an empty cache)."""
-        for key in self._lru.pop(name, {}):
-            self._unlink(key, name)
-
-    def blocks(self, name: str) -> int:
-        """Keys ``name`` is believed to hold."""
-        return len(self._lru.get(name, ()))
-
-    def _unlink(self, key: Hashable, name: str) -> None:
-        holders = self._holders[key]
-        holders.discard(name)
-        if not holders:
-            del self._holders[key]
-
-    def check_invariants(self) -> None:
-        """Each instance within capacity; the reverse index equals the per-instance sets."""
-        pairs = set()
-        for name, lru in self._lru.items():
-            assert len(lru) <= self.capacity_blocks, (name, len(lru))
-            pairs.update((key, name) for key in lru)
-        assert pairs == {(k, n) for k, names in self._holders.items() for n in names}
-        assert all(self._holders.values()), "empty holder sets must be removed"
 
 
 @attrs.frozen(kw_only=True)

@@ -5,8 +5,11 @@ Example:
     python -m benchmarks.pd_replay --trace mooncake-conv --prefill 3 --decode 2 \\
         --routers round_robin,least_loaded,pd_router --max-requests 1000 --out out/pd
 
-Writes ``OUT/summary.json`` (one row per router plus the colocated baseline with
-the same GPU count) and ``OUT/pd.png``, and prints a table.
+``--scheduling stock,pd`` runs every router twice: with vLLM's stock scheduler on
+every instance, and with the PD-aware presets (`PD_PREFILL` on prefill instances,
+`PD_DECODE` on decode instances; rows named ``ROUTER+pd``). Writes
+``OUT/summary.json`` (one row per router and scheduling plus the colocated
+baseline with the same GPU count) and ``OUT/pd.png``, and prints a table.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import load_trace
 from benchmarks.replay.metrics import DEFAULT_SLOS, latency_summary
+from integrations.vllm_v1.pd_presets import PD_DECODE, PD_PREFILL, STOCK
 from policies.pd_router import LeastLoadedRouter, PDRouter, RoundRobinRouter
 
 ROUTERS = ("round_robin", "least_loaded", "pd_router")
+SCHEDULING = {"stock": (STOCK, STOCK), "pd": (PD_PREFILL, PD_DECODE)}
+"""Prefill and decode roles by ``--scheduling`` name."""
 ROW_KEYS = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "goodput_rps")
 
 
@@ -93,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prefill", type=int, default=3, help="prefill instances")
     parser.add_argument("--decode", type=int, default=2, help="decode instances")
     parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--scheduling", default="stock",
+                        help="comma-separated: stock (vLLM fcfs) and/or pd (PD-aware presets)")
     parser.add_argument("--no-colocated", action="store_true",
                         help="skip the colocated baseline")
     parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
@@ -118,20 +126,29 @@ def main(argv: list[str] | None = None) -> dict:
     decode = [f"decode{i}" for i in range(args.decode)]
     router_block = trace.block_size or args.block_size
 
-    def cluster(system: str, router, prefill_pool, decode_pool, decode_engine) -> ClusterRun:
+    def cluster(system: str, router, prefill_pool, decode_pool, decode_engine,
+                scheduling: str = "stock") -> ClusterRun:
+        prefill_role, decode_role = SCHEDULING[scheduling]
         with tqdm(total=len(trace.requests), desc=system, unit="req") as bar:
             return run_cluster(trace, router, system, prefill=prefill_pool, decode=decode_pool,
                                prefill_shape=shape, decode_shape=decode_engine,
-                               cost_model=cost_model, transfer=transfer, progress=bar.update)
+                               cost_model=cost_model, transfer=transfer,
+                               prefill_role=prefill_role, decode_role=decode_role,
+                               progress=bar.update)
 
-    results = [cluster(name, make_router(name, prefill, decode, block_size=router_block,
-                                         kv_blocks=args.kv_blocks * args.block_size
-                                         // router_block, seed=args.seed),
-                       prefill, decode, decode_shape)
-               for name in args.routers.split(",")]
+    schedulings = args.scheduling.split(",")
+    if unknown := set(schedulings) - set(SCHEDULING):
+        raise SystemExit(f"unknown --scheduling {sorted(unknown)}; choose from stock, pd")
+    results = [cluster(name if scheduling == "stock" else f"{name}+{scheduling}",
+                       make_router(name, prefill, decode, block_size=router_block,
+                                   kv_blocks=args.kv_blocks * args.block_size // router_block,
+                                   seed=args.seed),
+                       prefill, decode, decode_shape, scheduling)
+               for name in args.routers.split(",") for scheduling in schedulings]
     summary = {"trace": trace.name, "config": {
         "requests": len(trace.requests), "rate_scale": args.rate_scale,
         "prefill": args.prefill, "decode": args.decode, "gpu": args.gpu,
+        "scheduling": schedulings,
         "transfer": attrs.asdict(transfer), "engine": attrs.asdict(shape)},
         "results": [row(r, r.system) for r in results]}
     if not args.no_colocated:
@@ -156,11 +173,12 @@ def _ms(value: float | None) -> str:
 def format_table(rows: list[dict]) -> str:
     """One line per router: latency percentiles (ms), goodput, GB of KV sent."""
     header = (f"{'router':<24}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}"
-              f"{'goodput':>9}{'KV GB':>8}{'skipped':>8}")
+              f"{'p99/p50':>8}{'goodput':>9}{'KV GB':>8}{'skipped':>8}")
     lines = [header + "   (times in ms)", "-" * len(header)]
     for r in rows:
         lines.append(f"{r['router']:<24}{_ms(r['ttft_p50_s']):>10}{_ms(r['ttft_p99_s']):>10}"
                      f"{_ms(r['itl_p50_s']):>9}{_ms(r['itl_p99_s']):>9}"
+                     f"{r['itl_jitter'] or 0:>8.2f}"
                      f"{r['goodput_rps'] or 0:>9.2f}{r['kv_bytes_transferred'] / 1e9:>8.1f}"
                      f"{r['skipped_prefill']:>8}")
     return "\n".join(lines)

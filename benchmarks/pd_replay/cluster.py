@@ -32,10 +32,11 @@ import attrs
 from vllm.v1.request import Request
 
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.driver import build_harness, prompt_token_ids, work_batch
+from benchmarks.replay.driver import prompt_token_ids, work_batch
 from benchmarks.replay.records import RequestRecord, SystemRun
 from benchmarks.replay.trace import Trace
 from integrations.vllm_v1.harness import EngineShape, SchedulerHarness, scheduled_work
+from integrations.vllm_v1.pd_presets import STOCK, PDRole
 from policies.pd_router import InstanceLoad, RouteDecision, chain_keys
 
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 131072
@@ -64,12 +65,19 @@ class TransferModel:
         return self.latency_s + num_bytes / self.link_bytes_per_s
 
 
+def role_harness(role: PDRole, shape: EngineShape) -> SchedulerHarness:
+    """A harness over the scheduler a live engine of ``role`` would run (stock: vLLM's own)."""
+    return SchedulerHarness.build(role.pipeline, shape=role.shape(shape))
+
+
 @attrs.define(eq=False)
 class _Instance:
     """One vLLM scheduler plus what the cluster tracks around it."""
 
     name: str
     harness: SchedulerHarness
+    decodes: bool
+    """A decode (or colocated) instance: its waiting requests will decode here."""
     free_tokens: dict[str, int] = attrs.field(factory=dict)
     """Prompt tokens that arrived by transfer, per request (priced as cached)."""
     incoming: int = 0
@@ -83,17 +91,24 @@ class _Instance:
     steps: int = 0
 
     def load(self) -> InstanceLoad:
-        """Queued prompt tokens it must compute, decodes and KV usage (running and incoming)."""
+        """Queued prompt tokens it must compute, decodes and KV usage (running and incoming).
+
+        On a decode instance, waiting requests (e.g. held back by a `DecodeKVGate`) count
+        as decodes and their prompts as KV, as transfers on the way do.
+        """
         scheduler = self.harness.scheduler
         pool = scheduler.kv_cache_manager.block_pool
         capacity_tokens = pool.num_gpu_blocks * scheduler.block_size
         queued = sum(max(0, r.num_prompt_tokens - max(r.num_computed_tokens,
                                                          self.free_tokens.get(r.request_id, 0)))
                      for r in scheduler.requests.values())
-        return InstanceLoad(queued_prefill_tokens=queued,
-                            running_decodes=len(scheduler.running) + self.incoming,
+        decodes, committed_tokens = len(scheduler.running) + self.incoming, self.incoming_tokens
+        if self.decodes:
+            decodes += len(scheduler.waiting)
+            committed_tokens += sum(r.num_tokens for r in scheduler.waiting)
+        return InstanceLoad(queued_prefill_tokens=queued, running_decodes=decodes,
                             kv_usage=min(1.0, max(0.0, scheduler.get_kv_cache_usage()
-                                                  + self.incoming_tokens / capacity_tokens)))
+                                                  + committed_tokens / capacity_tokens)))
 
     def cached_blocks(self, block_hashes: Sequence[object]) -> int:
         """Leading blocks of ``block_hashes`` in this instance's prefix cache."""
@@ -245,16 +260,20 @@ class _Cluster:
 def run_cluster(trace: Trace, router: Router, system: str, *, prefill: Sequence[str],
                 decode: Sequence[str], prefill_shape: EngineShape, decode_shape: EngineShape,
                 cost_model: StepCostModel, transfer: TransferModel,
+                prefill_role: PDRole = STOCK, decode_role: PDRole = STOCK,
                 progress: Callable[[int], None] | None = None) -> ClusterRun:
     """Replay ``trace`` through the cluster; every request completes or the run fails.
 
     ``prefill`` may be empty (a colocated cluster: the router must then skip prefill).
+    Each instance schedules as its role says (`PDRole`; default vLLM's stock ``fcfs``).
     """
     started = time.perf_counter()
     cluster = _Cluster(
         trace, router, cost_model, transfer,
-        prefill={n: _Instance(n, build_harness("fcfs", prefill_shape)) for n in prefill},
-        decode={n: _Instance(n, build_harness("fcfs", decode_shape)) for n in decode})
+        prefill={n: _Instance(n, role_harness(prefill_role, prefill_shape), decodes=False)
+                 for n in prefill},
+        decode={n: _Instance(n, role_harness(decode_role, decode_shape), decodes=True)
+                for n in decode})
     for index, request in enumerate(trace.requests):
         cluster.push(request.arrival_s, "arrive", index)
     handlers = {"arrive": cluster.arrive, "step": cluster.step, "prefilled": cluster.prefilled,

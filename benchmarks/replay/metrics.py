@@ -152,13 +152,16 @@ def summarize(run: SystemRun, *, slos: Mapping[str, SLO] = DEFAULT_SLOS,
     duration = run.makespan_s - min((r.arrival_s for r in run.records), default=0.0)
     by_class: dict[str, list[RequestRecord]] = defaultdict(list)
     by_tenant: dict[str, list[RequestRecord]] = defaultdict(list)
+    by_priority: dict[int, list[RequestRecord]] = defaultdict(list)
     for record in run.records:
         by_class[length_class(record)].append(record)
         if record.slo_class:
             by_class[record.slo_class].append(record)
         by_tenant[record.tenant].append(record)
+        by_priority[record.priority].append(record)
     overall = latency_summary(run.records, slos, duration, weights)
-    reasons = Counter(r.reason.split(";")[0] for r in run.records if r.outcome == "rejected")
+    rejections = [r.reason for r in run.records if r.outcome == "rejected"]
+    reasons = Counter(reason.split(";")[0] for reason in rejections)
     return {
         "system": run.system,
         "offered": overall["offered"],
@@ -170,8 +173,12 @@ def summarize(run: SystemRun, *, slos: Mapping[str, SLO] = DEFAULT_SLOS,
                      for k, v in sorted(by_class.items())},
         "by_tenant": {k: latency_summary(v, slos, duration, weights)
                       for k, v in sorted(by_tenant.items())},
+        "by_priority": {str(k): latency_summary(v, slos, duration, weights)
+                        for k, v in sorted(by_priority.items())},
         "fairness": fairness(run.records, weights=weights),
         "rejections_by_reason": dict(reasons),
+        "rejections_with_retry_after": sum(";retry_after_s=" in reason for reason in rejections),
+        "max_waiting_sampled": max((s.waiting for s in run.samples), default=0),
         "preemptions": run.preemptions,
         "steps": run.steps,
         "makespan_s": run.makespan_s,

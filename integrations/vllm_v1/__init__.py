@@ -20,6 +20,8 @@ _LAZY = {
     "SchedulerHarness": "integrations.vllm_v1.harness",
     "EngineShape": "integrations.vllm_v1.harness",
     "tiny_model_dir": "integrations.vllm_v1.tiny_model",
+    "KVTierConfig": "integrations.vllm_v1.kv_tier_config",
+    "KVTierConnector": "integrations.vllm_v1.kv_tier_connector",
     "LocalServer": "integrations.vllm_v1.server",
     "resolve_pipeline": "integrations.vllm_v1.presets",
     "PRESETS": "integrations.vllm_v1.presets",

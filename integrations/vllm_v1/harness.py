@@ -161,6 +161,10 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
             )
         ],
     )
+    if scheduler_cls is None and pipeline is not None and pipeline.start_gate is not None:
+        from integrations.vllm_v1.pd_scheduler import GatedPolicyScheduler
+
+        scheduler_cls = GatedPolicyScheduler  # the class the engine would run (engine_kwargs)
     cls = scheduler_cls or (PolicyScheduler if pipeline is not None else Scheduler)
     return cls(
         vllm_config=vllm_config,

@@ -1,30 +1,38 @@
 """Start an NP:MD disaggregated deployment on this machine: vLLM servers plus the PD router.
 
-`PDDeployment.start` spawns ``prefill`` + ``decode`` vLLM OpenAI servers (each a
-`LocalServer` running a `Pipeline`) wired with vLLM's shared-storage
-``ExampleConnector`` (works on CPU), and serves a `PDProxy` in front of them
-from a background thread. ``ExampleConnector`` keys stored KV by the prompt's
-token ids, so the storage directory is emptied at start (stale files would be
-reused) and prompts move whole blocks only: use a small ``--block-size`` (32 on
-CPU) so short prompts transfer anything.
+`serve_disaggregated` (also `Pipeline.serve_disaggregated`) is the entry point:
+it applies the PD-aware role presets (`integrations.vllm_v1.pd_presets`) and
+returns a ready `PDDeployment`. `PDDeployment.start` spawns ``prefill`` +
+``decode`` vLLM OpenAI servers (each a `LocalServer` running a `Pipeline`) wired
+with a KV connector, and serves a `PDProxy` in front of them from a background
+thread. The connector follows the platform: vLLM's shared-storage
+``ExampleConnector`` on CPU, ``NixlConnector`` on GPUs (one GPU per instance,
+``CUDA_VISIBLE_DEVICES`` = its index in the deployment; not exercised in CI).
+``ExampleConnector`` keys stored KV by the prompt's token ids, so the storage
+directory is emptied at start (stale files would be reused) and prompts move
+whole blocks only: use a small ``--block-size`` (32 on CPU) so short prompts
+transfer anything.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
 import socket
 import tempfile
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import attrs
 from aiohttp import web
 
+from integrations.vllm_v1.pd_presets import PD_ROLES, STOCK, PDRole
 from integrations.vllm_v1.pd_proxy import PDProxy
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.server import LocalServer
@@ -42,6 +50,32 @@ def example_connector_config(role: str, storage_dir: str | Path) -> str:
     """``--kv-transfer-config`` for vLLM's shared-storage connector (``kv_producer``/``kv_consumer``)."""
     return json.dumps({"kv_connector": "ExampleConnector", "kv_role": role,
                        "kv_connector_extra_config": {"shared_storage_path": str(storage_dir)}})
+
+
+NIXL_CONNECTOR_CONFIG = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"})
+"""``--kv-transfer-config`` for vLLM's NIXL connector (both pools; GPUs only)."""
+
+
+def runs_on_cpu() -> bool:
+    """Whether vLLM's platform here is the CPU (then ``ExampleConnector``, else NIXL)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+@contextlib.contextmanager
+def _child_environment(overrides: Mapping[str, str]) -> Iterator[None]:
+    """``overrides`` in ``os.environ`` while a child server is spawned (it copies the env)."""
+    saved = {name: os.environ.get(name) for name in overrides}
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @attrs.define(eq=False)
@@ -90,15 +124,20 @@ class PDDeployment:
 
     @classmethod
     def start(cls, model: str, *, prefill: int = 1, decode: int = 1,
-              pipeline: Pipeline | None = None, router: object | None = None,
-              host: str = "127.0.0.1", port: int = 0, storage_dir: str | Path | None = None,
-              vllm_args: Sequence[str] = (), log_dir: str | Path | None = None) -> PDDeployment:
+              pipeline: Pipeline | None = None, roles: Mapping[str, PDRole] | None = None,
+              router: object | None = None, host: str = "127.0.0.1", port: int = 0,
+              storage_dir: str | Path | None = None, vllm_args: Sequence[str] = (),
+              log_dir: str | Path | None = None, on_cpu: bool | None = None) -> PDDeployment:
         """Spawn the servers and the router; call `wait_until_healthy` before sending requests.
 
+        Each pool runs ``roles[pool].applied_to(pipeline)`` with that role's engine
+        arguments (default: ``pipeline`` unchanged, default identity, on both pools).
         ``router`` defaults to a `PDRouter` over ``prefill0..`` and ``decode0..`` that
-        never skips the prefill pool. ``vllm_args`` go to every server (e.g.
-        ``--block-size 32 --max-model-len 512``).
+        never skips the prefill pool. ``vllm_args`` go to every server after the role's
+        (e.g. ``--block-size 32 --max-model-len 512``). ``on_cpu`` (default: vLLM's
+        platform here) picks ``ExampleConnector`` over ``NixlConnector``.
         """
+        on_cpu = runs_on_cpu() if on_cpu is None else on_cpu
         storage = Path(storage_dir or tempfile.mkdtemp(prefix="pd-kv-"))
         shutil.rmtree(storage, ignore_errors=True)
         storage.mkdir(parents=True)
@@ -106,16 +145,24 @@ class PDDeployment:
         logs.mkdir(parents=True, exist_ok=True)
         pools = {"prefill": [f"prefill{i}" for i in range(prefill)],
                  "decode": [f"decode{i}" for i in range(decode)]}
-        roles = {"prefill": "kv_producer", "decode": "kv_consumer"}
+        connector_roles = {"prefill": "kv_producer", "decode": "kv_consumer"}
         servers: dict[str, LocalServer] = {}
         try:
             for pool, names in pools.items():
+                role = (roles or {}).get(pool, STOCK)
                 for name in names:
-                    args = (*vllm_args, "--kv-transfer-config",
-                            example_connector_config(roles[pool], storage))
-                    servers[name] = LocalServer.start(
-                        pipeline or Pipeline(), model, host=host, port=free_port(host),
-                        vllm_args=args, log_path=str(logs / f"{name}.log"))
+                    connector = (example_connector_config(connector_roles[pool], storage)
+                                 if on_cpu else NIXL_CONNECTOR_CONFIG)
+                    environment = {} if on_cpu else {
+                        "CUDA_VISIBLE_DEVICES": str(len(servers)),
+                        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port(host))}
+                    with _child_environment(environment):
+                        servers[name] = LocalServer.start(
+                            role.applied_to(pipeline or Pipeline()), model, host=host,
+                            port=free_port(host),
+                            vllm_args=(*role.vllm_args(), *vllm_args, "--kv-transfer-config",
+                                       connector),
+                            log_path=str(logs / f"{name}.log"))
             router = router or PDRouter(prefill=pools["prefill"], decode=pools["decode"],
                                         block_size_tokens=16, skip_prefill_max_tokens=0)
             proxy = PDProxy(prefill_urls={n: servers[n].url for n in pools["prefill"]},
@@ -151,3 +198,24 @@ class PDDeployment:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def serve_disaggregated(pipeline: Pipeline, model: str, *, prefill: int = 1, decode: int = 1,
+                        roles: Mapping[str, PDRole] = PD_ROLES, timeout_s: float = 300.0,
+                        **options: object) -> PDDeployment:
+    """``prefill`` + ``decode`` vLLM servers running ``pipeline`` with the PD-aware role
+    presets, and the PD router in front; returns once every server and the router are healthy.
+
+    ``roles`` maps ``"prefill"``/``"decode"`` to a `PDRole` (default `PD_ROLES`); the
+    other ``options`` go to `PDDeployment.start` (``vllm_args``, ``port``, ``router``,
+    ``storage_dir``, ``log_dir``, ...). Use the result as a context manager, or call
+    ``stop()``; if the deployment does not become healthy it is stopped and the error raised.
+    """
+    deployment = PDDeployment.start(model, prefill=prefill, decode=decode, pipeline=pipeline,
+                                    roles=roles, **options)
+    try:
+        deployment.wait_until_healthy(timeout_s)
+    except BaseException:
+        deployment.stop()
+        raise
+    return deployment

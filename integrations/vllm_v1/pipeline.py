@@ -26,16 +26,20 @@ from policies import (
 )
 from policies.cache_warming import PrefixWarmer
 from policies.eviction import EvictionOrder
+from policies.pd_scheduling import DecodeKVGate
 from policies.speculative import SpeculationBudget
 
 if TYPE_CHECKING:
     from vllm import LLM
 
+    from integrations.vllm_v1.pd_launch import PDDeployment
     from integrations.vllm_v1.server import LocalServer
 
 CONFIG_KEY = "llm_serving_policies"
 SCHEDULER_CLS = "integrations.vllm_v1.scheduler.PolicyScheduler"
 ASYNC_SCHEDULER_CLS = "integrations.vllm_v1.scheduler.AsyncPolicyScheduler"
+GATED_SCHEDULER_CLS = "integrations.vllm_v1.pd_scheduler.GatedPolicyScheduler"
+ASYNC_GATED_SCHEDULER_CLS = "integrations.vllm_v1.pd_scheduler.AsyncGatedPolicyScheduler"
 
 
 def _implements(protocol: type, optional: bool = False):
@@ -112,6 +116,12 @@ class Pipeline:
     )
     """Which unreferenced prefix-cache block is evicted next (e.g. `SegmentedLRU`);
     ``None`` keeps vLLM's LRU (see `integrations.vllm_v1.eviction`)."""
+    start_gate: DecodeKVGate | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(DecodeKVGate)),
+    )
+    """Holds waiting requests back while starting them would push KV usage past a bound
+    (`DecodeKVGate`, for PD decode instances); runs in `GatedPolicyScheduler`."""
 
     def __attrs_post_init__(self) -> None:
         if self.quotas is not None and self.fairness is None:
@@ -151,17 +161,18 @@ class Pipeline:
         """``engine_kwargs`` plus the scheduler class and this pipeline's config.
 
         Picks ``AsyncPolicyScheduler`` when the engine will schedule
-        asynchronously (GPU default), else ``PolicyScheduler``.
+        asynchronously (GPU default), else ``PolicyScheduler`` (their ``Gated`` variants
+        from `integrations.vllm_v1.pd_scheduler` when ``start_gate`` is set).
         """
         if "scheduler_cls" in engine_kwargs:
             raise ValueError("scheduler_cls is set by the pipeline; do not pass it")
         additional = dict(engine_kwargs.pop("additional_config", None) or {})
         additional.update(self.to_additional_config())
+        classes = ((ASYNC_SCHEDULER_CLS, SCHEDULER_CLS) if self.start_gate is None
+                   else (ASYNC_GATED_SCHEDULER_CLS, GATED_SCHEDULER_CLS))
         return {
             **engine_kwargs,
-            "scheduler_cls": ASYNC_SCHEDULER_CLS
-            if _schedules_async(engine_kwargs)
-            else SCHEDULER_CLS,
+            "scheduler_cls": classes[0] if _schedules_async(engine_kwargs) else classes[1],
             "additional_config": additional,
         }
 
@@ -178,6 +189,17 @@ class Pipeline:
 
         return LocalServer.start(self, model, host=host, port=port, vllm_args=vllm_args,
                                  log_path=log_path)
+
+    def serve_disaggregated(self, model: str, *, prefill: int = 1, decode: int = 1,
+                            **options: Any) -> PDDeployment:
+        """``prefill`` + ``decode`` vLLM servers running this pipeline with the PD-aware role
+        presets, behind the PD router; returns once healthy (a context manager with ``url``).
+
+        See `integrations.vllm_v1.pd_launch.serve_disaggregated` for ``options``.
+        """
+        from integrations.vllm_v1.pd_launch import serve_disaggregated
+
+        return serve_disaggregated(self, model, prefill=prefill, decode=decode, **options)
 
 
 def _schedules_async(engine_kwargs: dict[str, Any]) -> bool:

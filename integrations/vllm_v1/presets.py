@@ -7,6 +7,7 @@ import random
 import sys
 from pathlib import Path
 
+from integrations.vllm_v1.pd_presets import PD_DECODE, PD_PREFILL
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import (
     MLFQ,
@@ -59,10 +60,14 @@ PRESETS: dict[str, Pipeline] = {
     "watermarks": Pipeline(watermarks=KVWatermarks()),
     "slru": Pipeline(eviction=SegmentedLRU()),
     "cache": Pipeline(eviction=SegmentedLRU(), ranking=CacheAwareRanker()),
+    "pd-prefill": PD_PREFILL.pipeline,
+    "pd-decode": PD_DECODE.pipeline,
 }
 """Built-in pipelines by name. ``identity`` schedules like stock ``fcfs``; ``default`` is the
 full composition; ``cache`` is the KV-cache pair (segmented LRU eviction, cache-aware
-ranking); the others are one policy alone, for ablations. Each engine unpickles its
+ranking); ``pd-prefill`` / ``pd-decode`` are the PD-aware role pipelines
+(`integrations.vllm_v1.pd_presets`, which also sets their engine limits); the others are
+one policy alone, for ablations. Each engine unpickles its
 own copy, so stateful policies are never shared between engines."""
 
 

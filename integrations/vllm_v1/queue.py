@@ -6,7 +6,13 @@ sequence numbers, re-queued (prepended) ones decreasing negative numbers, so
 with a constant key and no fairness policy the queue behaves exactly like vLLM's
 FCFS deque. With a fairness policy each tenant has its own heap and the policy
 picks which tenant's head comes next; it is told when a tenant's heap becomes
-non-empty (backlogged) and empty (idle).
+non-empty (backlogged) and when it stays empty through a step (idle).
+
+vLLM pops a request both to schedule it and to skip it for a step (then
+prepends it back), so a pop is not service: each popped request is handed to
+``on_dispatched`` at the next pick or `settle`, by which time vLLM has either
+started it or set it aside, and a tenant emptied by a pop turns idle only if its
+heap is still empty at `settle` (the end of the step).
 """
 
 from __future__ import annotations
@@ -30,14 +36,18 @@ class PolicyRequestQueue(RequestQueue):
     def __init__(self, key: Callable[[Request], Any],
                  tenant_of: Callable[[Request], str] | None = None,
                  fairness: FairnessPolicy | None = None,
-                 eligible: Callable[[list[str]], list[str]] | None = None) -> None:
-        """``eligible`` narrows the backlogged tenants the fairness policy may pick from."""
+                 eligible: Callable[[list[str]], list[str]] | None = None,
+                 on_dispatched: Callable[[str, Request], None] | None = None) -> None:
+        """``eligible`` narrows the backlogged tenants the fairness policy may pick from;
+        ``on_dispatched(tenant, request)`` charges a popped request if vLLM scheduled it."""
         if fairness is not None and tenant_of is None:
             raise ValueError("a fairness policy needs tenant_of")
         self._key = key
         self._eligible = eligible
         self._tenant_of = tenant_of if fairness is not None else None
         self._fairness = fairness
+        self._on_dispatched = on_dispatched if fairness is not None else None
+        self._popped: list[tuple[str, Request]] = []
         self._heaps: dict[str, list[_Entry]] = {}
         self._size = 0
         self._appended = itertools.count(1)
@@ -45,9 +55,11 @@ class PolicyRequestQueue(RequestQueue):
 
     def _push(self, request: Request, seq: int) -> None:
         tenant = self._tenant_of(request) if self._tenant_of else ""
-        heap = self._heaps.setdefault(tenant, [])
-        if not heap and self._fairness is not None:
-            self._fairness.on_backlogged(tenant)
+        heap = self._heaps.get(tenant)
+        if heap is None:  # a new tenant (one a pop emptied this step keeps its heap till `settle`)
+            heap = self._heaps[tenant] = []
+            if self._fairness is not None:
+                self._fairness.on_backlogged(tenant)
         heapq.heappush(heap, (self._key(request), seq, request))
         self._size += 1
 
@@ -56,6 +68,7 @@ class PolicyRequestQueue(RequestQueue):
             raise IndexError("the queue is empty")
         if self._fairness is None:
             return "", self._heaps[""]
+        self._dispatch_popped()  # picks see the service given earlier in the step
         backlogged = [t for t, heap in self._heaps.items() if heap]
         if self._eligible is not None:
             backlogged = self._eligible(backlogged)
@@ -83,19 +96,31 @@ class PolicyRequestQueue(RequestQueue):
     def pop_request(self) -> Request:
         """Remove and return the head of the tenant the fairness policy picks.
 
-        vLLM pops a request when it starts (or resumes) it, so the fairness policy is
-        charged its uncomputed tokens right here, as VTC charges input tokens on
-        dispatch: later picks in the same step already see the new counter.
+        Nothing is charged here: the request goes to ``on_dispatched`` at the next
+        pick or `settle`, once vLLM has started it or skipped it (as VTC charges on
+        dispatch, later picks in the same step see the service it was given).
         """
         tenant, heap = self._front()
         request = heapq.heappop(heap)[2]
         self._size -= 1
         if self._fairness is not None:
-            self._fairness.charge(tenant, input_tokens=request.num_tokens
-                                  - request.num_computed_tokens)
-        if not heap:
+            self._popped.append((tenant, request))
+        elif not heap:
             self._emptied(tenant)
         return request
+
+    def _dispatch_popped(self) -> None:
+        popped, self._popped = self._popped, []
+        if self._on_dispatched is not None:
+            for tenant, request in popped:
+                self._on_dispatched(tenant, request)
+
+    def settle(self) -> None:
+        """End of a step: dispatch what was popped, and idle the tenants left with nothing
+        queued (a request popped only to be skipped has been prepended back by now)."""
+        self._dispatch_popped()
+        for tenant in [t for t, heap in self._heaps.items() if not heap]:
+            self._emptied(tenant)
 
     def peek_request(self) -> Request:
         """The request `pop_request` would return, left in place."""

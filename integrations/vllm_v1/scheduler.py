@@ -16,6 +16,10 @@ Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
   running request this step);
 * accounting: ``_update_after_schedule`` tells the rate, level and fairness
   policies what each request received; ``_preempt_request`` tells the levels.
+  The fairness policy is charged exactly the tokens scheduled: a request started
+  from the waiting queue at the queue's next pick (so later picks in the step see
+  it), everything else at the end of the step; a request vLLM pops only to skip
+  it costs nothing.
 
 The clock is read once per step; every policy sees that same ``now``.
 """
@@ -56,14 +60,21 @@ from policies.cache_aware import LoadAwareRanking
 class _Tracked:
     metadata: RequestMetadata
     rank_key: float
-    cached_tokens: int = 0
-    """Prefix-cache hit tokens on admission (looked up for a `LoadAwareRanking` only)."""
+    admitted: RequestView
+    """The view on admission, with the prefix-cache hit then (looked up for a
+    `LoadAwareRanking` only); what level policies see (they read identity, not progress)."""
 
 
 @attrs.frozen
 class _Rejection:
     request: Request
     decision: AdmissionDecision
+
+
+def _prefill_part(tokens: int, prompt_tokens: int, computed_tokens: int) -> int:
+    """How many of ``tokens`` scheduled after ``computed_tokens`` fall inside the prompt."""
+    prompt_left = prompt_tokens - computed_tokens
+    return 0 if prompt_left <= 0 else tokens if tokens < prompt_left else prompt_left
 
 
 def rejection_stop_reason(decision: AdmissionDecision) -> str:
@@ -85,12 +96,18 @@ class PolicySchedulerMixin:
         self._load: LoadSnapshot | None = None
         self._now = 0.0
         self._step_views: dict[str, RequestView] = {}
+        self._waiting_grants: dict[str, tuple[int, int]] = {}
+        """This step's ``(computed, new tokens)`` offer to each waiting request vLLM considered."""
+        self._charged_on_dispatch: set[str] = set()
+        self._quota_usage: tuple[dict[str, int], dict[str, int]] | None = None
+        """Running requests and KV blocks per tenant while a step picks (quotas only)."""
         self._observers = [p for p in pipeline.policies if isinstance(p, LifecycleObserver)]
         self._deadlines = pipeline.deadlines or (
             pipeline.ranking if isinstance(pipeline.ranking, DeadlinePolicy) else None)
         self.waiting = PolicyRequestQueue(
             self._queue_key, self._tenant_of, pipeline.fairness,
-            self._tenants_under_quota if pipeline.quotas is not None else None)
+            self._tenants_under_quota if pipeline.quotas is not None else None,
+            self._charge_dispatched)
         self.kv_holding_waiting = PolicyRequestQueue(self._queue_key)
         self._eviction_queue = None
         if pipeline.eviction is not None:  # prefix-cache eviction order (SegmentedLRU, ...)
@@ -112,7 +129,7 @@ class PolicySchedulerMixin:
         view = self._step_views.get(request.request_id)
         if view is None:
             tracked = self._tracked[request.request_id]
-            view = request_view(request, tracked.metadata, tracked.cached_tokens)
+            view = request_view(request, tracked.metadata, tracked.admitted.cached_tokens)
             self._step_views[request.request_id] = view
         return view
 
@@ -121,37 +138,49 @@ class PolicySchedulerMixin:
 
     def _queue_key(self, request: Request) -> tuple[int, float]:
         levels = self.pipeline.levels
-        level = levels.level(self._view(request)) if levels is not None else 0
-        return level, self._tracked[request.request_id].rank_key
-
-    def _running_key(self, request: Request) -> tuple:
         tracked = self._tracked[request.request_id]
-        pipeline = self.pipeline
-        view = self._view(request) if pipeline.levels or self._deadlines else None
-        return (
-            self._deadlines.is_late(view, self._now) if self._deadlines else False,
-            pipeline.fairness.counter(tracked.metadata.tenant) if pipeline.fairness else 0.0,
-            pipeline.levels.level(view) if pipeline.levels else 0,
-            tracked.rank_key,
-        )
+        return levels.level(tracked.admitted) if levels is not None else 0, tracked.rank_key
+
+    def _sort_running(self) -> None:
+        """Service order, front first: on time before late, then the tenant's fairness
+        counter, the level and the rank key (vLLM preempts from the tail)."""
+        tracked, deadlines, now = self._tracked, self._deadlines, self._now
+        fairness, levels = self.pipeline.fairness, self.pipeline.levels
+        counters: dict[str, float] = {}  # one lookup per tenant
+
+        def key(request: Request) -> tuple:
+            entry = tracked[request.request_id]
+            tenant = entry.metadata.tenant
+            counter = counters.get(tenant)
+            if counter is None:
+                counter = counters[tenant] = fairness.counter(tenant) if fairness else 0.0
+            return (deadlines.is_late(self._view(request), now) if deadlines else False,
+                    counter, levels.level(entry.admitted) if levels else 0, entry.rank_key)
+
+        self.running.sort(key=key)
 
     def _tenants_under_quota(self, backlogged: list[str]) -> list[str]:
         """The pipeline's quotas over the running requests as they stand (during a step too).
 
         A request's KV blocks are counted as its computed tokens over the block size, so
-        prefix blocks shared by several requests count once per request.
+        prefix blocks shared by several requests count once per request. The running list
+        is scanned once per step; requests started since are added as they are dispatched.
         """
-        running: dict[str, int] = {}
-        blocks: dict[str, int] = {}
-        for request in self.running:
-            tenant = self._tenant_of(request)
-            running[tenant] = running.get(tenant, 0) + 1
-            blocks[tenant] = blocks.get(tenant, 0) - (-request.num_computed_tokens
-                                                      // self.block_size)
+        if self._quota_usage is None:
+            self._quota_usage = {}, {}
+            for request in self.running:
+                self._add_quota_usage(request)
+        running, blocks = self._quota_usage
         usage = TenantUsage(running_requests=running, kv_blocks=blocks,
                             max_running_requests=self.max_num_running_reqs,
                             total_kv_blocks=self.kv_cache_config.num_blocks)
         return self.pipeline.quotas.eligible(backlogged, usage)
+
+    def _add_quota_usage(self, request: Request) -> None:
+        running, blocks = self._quota_usage
+        tenant = self._tenant_of(request)
+        running[tenant] = running.get(tenant, 0) + 1
+        blocks[tenant] = blocks.get(tenant, 0) - (-request.num_computed_tokens // self.block_size)
 
     def load_snapshot(self, now: float) -> LoadSnapshot:
         """The engine's load as policies see it."""
@@ -184,14 +213,14 @@ class PolicySchedulerMixin:
             if not decision.admitted:
                 self._reject(request, decision)
                 return
-        ranking, cached_tokens = self.pipeline.ranking, 0
+        ranking = self.pipeline.ranking
         if isinstance(ranking, LoadAwareRanking):  # cache-aware: the prefix hit on admission
-            cached_tokens = cached_prefix_tokens(self.kv_cache_manager, request)
-            view = attrs.evolve(view, cached_tokens=cached_tokens)
+            view = attrs.evolve(view, cached_tokens=cached_prefix_tokens(self.kv_cache_manager,
+                                                                         request))
             rank_key = ranking.rank_key_under_load(view, load or self.load_snapshot(now))
         else:
             rank_key = ranking.rank_key(view)
-        self._tracked[request.request_id] = _Tracked(metadata, rank_key, cached_tokens)
+        self._tracked[request.request_id] = _Tracked(metadata, rank_key, view)
         if self._eviction_queue is not None:  # cache versioning: the prompt root it opens with
             self._eviction_queue.observe_request(request, metadata.tenant)
         super().add_request(request)
@@ -246,10 +275,12 @@ class PolicySchedulerMixin:
     def schedule(self, throttle_prefills: bool = False) -> Any:
         now = self._now = self.clock()
         self._step_views.clear()  # a view shows a request as it stands before the step
+        self._waiting_grants.clear()
+        self._quota_usage = None
         if self._deadlines is not None:
             self._expire_waiting()
         if self.pipeline.reorders_requests or self._deadlines is not None:
-            self.running.sort(key=self._running_key)
+            self._sort_running()
         self._load = self.load_snapshot(now) if self.pipeline.rate is not None else None
         if self.pipeline.speculation is not None:
             self._cap_drafts(now)
@@ -285,10 +316,16 @@ class PolicySchedulerMixin:
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
                                    num_new_tokens: int) -> int:
         num_new_tokens = super()._reserve_prefill_lookahead(
-            request, num_computed_tokens, num_new_tokens
-        )
-        if num_computed_tokens >= request.num_prompt_tokens:
-            return num_new_tokens  # decodes are never capped
+            request, num_computed_tokens, num_new_tokens)
+        if num_computed_tokens < request.num_prompt_tokens:  # decodes are never capped
+            num_new_tokens = self._capped_tokens(request, num_computed_tokens, num_new_tokens)
+        if request.status is not RequestStatus.RUNNING:  # what it gets if vLLM now pops it
+            self._waiting_grants[request.request_id] = (num_computed_tokens, num_new_tokens)
+        return num_new_tokens
+
+    def _capped_tokens(self, request: Request, num_computed_tokens: int,
+                       num_new_tokens: int) -> int:
+        """A prefill chunk of ``num_new_tokens`` under the rate cap and the KV-block quota."""
         caps = [cap for cap in (self._rate_cap(request),
                                 self._kv_quota_cap(request, num_computed_tokens))
                 if cap is not None]
@@ -321,24 +358,24 @@ class PolicySchedulerMixin:
         quota_blocks = watermarks.block_quota(self._view(request), self.kv_cache_manager.usage)
         return max(0, quota_blocks * self.block_size - num_computed_tokens)
 
+    def _charge_dispatched(self, tenant: str, request: Request) -> None:
+        """Charge ``tenant`` for a request popped from the waiting queue, if vLLM started it."""
+        grant = self._waiting_grants.get(request.request_id)
+        if grant is None or request.status is not RequestStatus.RUNNING:
+            return  # popped only to be skipped this step
+        computed, tokens = grant
+        prefill = _prefill_part(tokens, request.num_prompt_tokens, computed)
+        self.pipeline.fairness.charge(tenant, input_tokens=prefill, output_tokens=tokens - prefill)
+        self._charged_on_dispatch.add(request.request_id)
+        if self._quota_usage is not None:  # it runs now: the next pick's quotas count it
+            self._add_quota_usage(request)
+
     def _update_after_schedule(self, scheduler_output: Any) -> None:
+        self.waiting.settle()
+        self._quota_usage = None  # the step's picks are over
         pipeline = self.pipeline
         if pipeline.rate or pipeline.levels or pipeline.fairness:
-            decoded_by_tenant: dict[str, int] = {}
-            for req_id, tokens in scheduler_output.num_scheduled_tokens.items():
-                request = self.requests[req_id]
-                view = self._view(request)
-                prefill = min(tokens, max(0, request.num_prompt_tokens - view.computed_tokens))
-                if pipeline.rate is not None and prefill:  # only prefills are rate-limited
-                    pipeline.rate.on_scheduled(view, tokens, self._now)
-                if pipeline.levels is not None:
-                    pipeline.levels.on_scheduled(view, tokens, self._now)
-                if tokens > prefill:
-                    tenant = view.tenant
-                    decoded_by_tenant[tenant] = decoded_by_tenant.get(tenant, 0) + tokens - prefill
-            if pipeline.fairness is not None:  # prefill was charged when it was popped
-                for tenant, decoded in decoded_by_tenant.items():
-                    pipeline.fairness.charge(tenant, output_tokens=decoded)
+            self._account_service(scheduler_output.num_scheduled_tokens)
         for new in scheduler_output.scheduled_new_reqs if self._observers else ():
             view = self._view(self.requests[new.req_id])
             for observer in self._observers:
@@ -349,10 +386,36 @@ class PolicySchedulerMixin:
                                       new.num_computed_tokens)
         super()._update_after_schedule(scheduler_output)
 
+    def _account_service(self, num_scheduled_tokens: dict[str, int]) -> None:
+        """Tell rate, levels and fairness what each request got this step (one pass, no view
+        built for a plain decode: the hot path of a step with hundreds decoding)."""
+        rate, levels, fairness = self.pipeline.rate, self.pipeline.levels, self.pipeline.fairness
+        requests, tracked, step_views = self.requests, self._tracked, self._step_views
+        charged, now = self._charged_on_dispatch, self._now
+        served: dict[str, list[int]] = {}  # tenant -> [prefill, decoded] not yet charged
+        for req_id, tokens in num_scheduled_tokens.items():
+            request, entry = requests[req_id], tracked[req_id]
+            view = step_views.get(req_id)
+            prefill = _prefill_part(tokens, request.num_prompt_tokens,
+                                   view.computed_tokens if view else request.num_computed_tokens)
+            if rate is not None and prefill:  # only prefills are rate-limited
+                rate.on_scheduled(self._view(request), tokens, now)
+            if levels is not None:
+                levels.on_scheduled(entry.admitted, tokens, now)
+            if fairness is not None and req_id not in charged:
+                tenant_served = served.get(entry.metadata.tenant)
+                if tenant_served is None:
+                    tenant_served = served[entry.metadata.tenant] = [0, 0]
+                tenant_served[0] += prefill
+                tenant_served[1] += tokens - prefill
+        for tenant, (prefill, decoded) in served.items():
+            fairness.charge(tenant, input_tokens=prefill, output_tokens=decoded)
+        charged.clear()
+
     def _preempt_request(self, request: Request, timestamp: float,
                          drop_stale_output: bool = False) -> None:
         if self.pipeline.levels is not None:
-            self.pipeline.levels.on_preempted(self._view(request))
+            self.pipeline.levels.on_preempted(self._tracked[request.request_id].admitted)
         if self._eviction_queue is not None:  # preemption cache shield: blocks freed protected
             with self._eviction_queue.shield():
                 super()._preempt_request(request, timestamp, drop_stale_output)
@@ -362,7 +425,7 @@ class PolicySchedulerMixin:
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         tracked = self._tracked.pop(request.request_id, None)
         if tracked is not None and self._observers:
-            view = request_view(request, tracked.metadata, tracked.cached_tokens)
+            view = request_view(request, tracked.metadata, tracked.admitted.cached_tokens)
             for observer in self._observers:
                 observer.on_finished(view, self.clock())
         if (self._eviction_queue is not None

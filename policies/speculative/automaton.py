@@ -23,7 +23,6 @@ from collections.abc import Iterable
 import attrs
 import numpy as np
 
-from policies.speculative import _kernels as k
 from policies.validators import at_least
 
 Cursor = tuple[int, int]
@@ -31,6 +30,21 @@ Cursor = tuple[int, int]
 
 EMPTY_CURSOR: Cursor = (0, 0)
 
+
+class _LazyKernels:
+    """`policies.speculative._kernels`, imported on first use: importing numba (llvmlite)
+    before vLLM's workers scan ``sys.modules`` for kernel overrides crashes them in vLLM 0.32,
+    and a script's top-level ``import policies`` is re-imported by every spawned worker."""
+
+    def __getattr__(self, name: str):
+        from policies.speculative import _kernels
+
+        value = getattr(_kernels, name)
+        setattr(self, name, value)
+        return value
+
+
+k = _LazyKernels()
 
 
 @attrs.frozen(kw_only=True)

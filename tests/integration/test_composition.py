@@ -1,6 +1,7 @@
 """The scheduling policies composed in PolicyScheduler, through the real vLLM scheduler."""
 
 import pytest
+from vllm.v1.request import RequestStatus
 
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
 from policies import MLFQ, WFQ, EDFRanker, KVWatermarks, QoSRanker, TenantQuota, TokenBucket
@@ -177,3 +178,45 @@ def test_kv_watermark_quota_never_stalls_the_engine():
         harness.add_request(f"r{i}", range(i * 1000, i * 1000 + 300), 3)
     _, finished, _ = run(harness)
     assert sorted(finished) == ["r0", "r1", "r2", "r3"]
+
+
+def test_wfq_charges_only_tokens_actually_scheduled():
+    """A request vLLM pops but skips (here: its grammar is still compiling) costs its
+    tenant nothing; once it runs, its tenant pays exactly the chunks scheduled."""
+    wfq = WFQ(output_token_cost=1.0)
+    harness = SchedulerHarness.build(Pipeline(fairness=wfq),
+                                     shape=EngineShape(max_num_seqs=4, max_num_batched_tokens=64))
+    blocked = harness.add_request("blocked", range(200), 2, extra_args={"tenant": "a"})
+    blocked.status = RequestStatus.WAITING_FOR_STRUCTURED_OUTPUT_GRAMMAR
+    harness.add_request("other", range(1000, 1010), 2, extra_args={"tenant": "b"})
+    engine_wfq = harness.scheduler.pipeline.fairness
+    for _ in range(3):
+        harness.step()
+        harness.clock.advance(0.01)
+    assert "blocked" not in harness.scheduler.running
+    assert engine_wfq.stats().input_tokens.get("a", 0) == 0
+    blocked.status = RequestStatus.WAITING  # grammar ready
+    charged = []
+    while blocked.num_computed_tokens < 200:
+        harness.step()
+        harness.clock.advance(0.01)
+        charged.append(engine_wfq.stats().input_tokens["a"])
+    assert charged == [64, 128, 192, 200]  # chunks of the 64-token budget, no more
+    engine_wfq.check_invariants()
+
+
+def test_edf_demotes_a_running_request_once_it_is_late():
+    """A running request whose deadline can no longer be met goes behind the on-time ones:
+    served last and first in line for preemption."""
+    harness = SchedulerHarness.build(
+        Pipeline(ranking=EDFRanker(decode_s_per_token=0.01, prefill_s_per_token=1e-4)),
+        shape=EngineShape(max_num_seqs=4, max_num_batched_tokens=512))
+    harness.add_request("tight", range(100), 40, extra_args={"deadline_ms": 1000})
+    harness.add_request("relaxed", range(200, 300), 40, extra_args={"deadline_ms": 60000})
+    orders = []
+    for _ in range(8):
+        harness.step()
+        orders.append([r.request_id for r in harness.scheduler.running])
+        harness.clock.advance(0.1)  # ~0.4 s of estimated decoding left: late after a few steps
+    assert orders[1] == ["tight", "relaxed"]  # earliest deadline first while on time
+    assert orders[-1] == ["relaxed", "tight"]  # late: demoted behind the on-time request

@@ -37,6 +37,14 @@ def finish_order(llm, requests):
     return order
 
 
+def rejected_offline(llm):
+    """An offline request the scheduler rejects: (finish_reason, stop_reason)."""
+    from vllm import SamplingParams
+
+    out = llm.generate(["Hi"], SamplingParams(max_tokens=4), priority=99, use_tqdm=False)[0]
+    return out.outputs[0].finish_reason, out.outputs[0].stop_reason
+
+
 CONTENTION = [
     ("blocker", "Tell me a long story about " * 4, 48, 0),
     ("relaxed-long", "Summarise this document: " + "lorem ipsum dolor " * 40, 8, 5),
@@ -57,6 +65,9 @@ def engines(random_model_dir):
         llm = make()
         results[name] = {"greedy": greedy(llm), "order": finish_order(llm, CONTENTION),
                          "scheduler": llm.llm_engine.vllm_config.scheduler_config.scheduler_cls}
+        if name == "qos":
+            results[name]["rejected"] = rejected_offline(llm)
+            results[name]["after_rejection"] = greedy(llm)
         del llm
         gc.collect()
     return results
@@ -80,3 +91,11 @@ def test_qos_serves_the_urgent_short_request_before_the_relaxed_long_one(engines
     assert sorted(stock) == sorted(qos) == sorted(name for name, *_ in CONTENTION)
     assert stock.index("relaxed-long") < stock.index("urgent-short")
     assert qos.index("urgent-short") < qos.index("relaxed-long")
+
+
+def test_offline_rejection_is_an_abort_with_its_reason_and_the_engine_keeps_serving(engines):
+    finish_reason, stop_reason = engines["qos"]["rejected"]
+    assert finish_reason == "abort"
+    assert stop_reason.startswith("rejected:invalid_metadata: priority must be between")
+    assert stop_reason.endswith(";retry_after_s=0")
+    assert engines["qos"]["after_rejection"] == engines["qos"]["greedy"]

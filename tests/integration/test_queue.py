@@ -24,8 +24,10 @@ class QueueMachine(RuleBasedStateMachine):
         self.keys: dict[str, float] = {}
         self.tenants: dict[str, str] = {}
         self.wfq = WFQ(weights={"a": 2.0})
+        self.started: set[str] = set()  # popped to be scheduled, not to be skipped
         self.queue = PolicyRequestQueue(lambda r: self.keys[r.request_id],
-                                        lambda r: self.tenants[r.request_id], self.wfq)
+                                        lambda r: self.tenants[r.request_id], self.wfq,
+                                        on_dispatched=self.charge_if_started)
         self.model: dict[str, Request] = {}
         self.counter = 0
 
@@ -48,7 +50,24 @@ class QueueMachine(RuleBasedStateMachine):
         same_tenant = [r for r in self.model.values() if self.tenants[r.request_id] == tenant]
         assert self.keys[popped.request_id] == min(self.keys[r.request_id] for r in same_tenant)
         del self.model[popped.request_id]
-        self.wfq.charge(tenant, input_tokens=10)
+        self.started.add(popped.request_id)
+        self.queue.settle()  # the step ends
+
+    def charge_if_started(self, tenant, request):
+        if request.request_id in self.started:
+            self.wfq.charge(tenant, input_tokens=10)
+
+    @precondition(lambda self: self.model)
+    @rule()
+    def skip(self):
+        """vLLM pops a request it cannot start yet and prepends it back: no service, no idling."""
+        before = self.wfq.stats()
+        skipped = self.queue.pop_request()
+        self.queue.prepend_request(skipped)
+        self.queue.settle()
+        after = self.wfq.stats()
+        assert after.counters == before.counters and after.backlogged == before.backlogged
+        assert self.queue.peek_request() is skipped
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())

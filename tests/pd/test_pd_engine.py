@@ -1,7 +1,9 @@
 """Real CPU engines: 1 prefill + 2 decode vLLM behind the PD router, against one instance.
 
-One module, one set of four tiny engines (about a minute to start on 2 cores). The
-last two tests stop the decode instances, so they run last, in this order.
+One module, one set of four tiny engines (about a minute to start on 2 cores), the
+PD deployment started with `Pipeline.serve_disaggregated` (PD-aware role presets,
+ExampleConnector). The last two tests stop the decode instances, so they run last,
+in this order.
 """
 
 import re
@@ -10,7 +12,7 @@ import httpx
 import pytest
 
 from integrations.vllm_v1 import Pipeline
-from integrations.vllm_v1.pd_launch import PDDeployment, free_port
+from integrations.vllm_v1.pd_launch import free_port
 
 pytestmark = pytest.mark.engine
 
@@ -26,11 +28,11 @@ def cluster(random_model_dir, tmp_path_factory):
     single = Pipeline().serve(random_model_dir, port=free_port(), vllm_args=ARGS,
                               log_path=str(logs / "single.log"))
     try:
-        with PDDeployment.start(random_model_dir, prefill=1, decode=2, vllm_args=ARGS,
-                                storage_dir=tmp_path_factory.mktemp("pd-kv"),
-                                log_dir=logs) as deployment:
+        with Pipeline().serve_disaggregated(random_model_dir, prefill=1, decode=2,
+                                            vllm_args=ARGS, timeout_s=400, log_dir=logs,
+                                            storage_dir=tmp_path_factory.mktemp("pd-kv"),
+                                            ) as deployment:
             single.wait_until_healthy(timeout_s=400)
-            deployment.wait_until_healthy(timeout_s=400)
             yield deployment, single
     finally:
         single.stop()
@@ -74,6 +76,15 @@ def test_streaming_through_the_router_gives_the_same_text(cluster, random_model_
     text = "".join(httpx.Response(200, content=line[6:]).json()["choices"][0]["text"]
                    for line in lines[:-1])
     assert text == expected
+
+
+def test_each_role_runs_its_pd_preset(cluster):
+    deployment, _ = cluster
+    logs = {name: server.log_path.read_text(errors="replace")
+            for name, server in deployment.servers.items()}
+    assert "GatedPolicyScheduler" in logs["decode0"] and "GatedPolicyScheduler" in logs["decode1"]
+    assert "GatedPolicyScheduler" not in logs["prefill0"]
+    assert "max_num_batched_tokens=16384" in logs["prefill0"]
 
 
 def test_router_metrics_and_bad_input(cluster, random_model_dir):

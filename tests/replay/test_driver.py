@@ -73,6 +73,8 @@ def test_rejections_are_counted_with_their_reason(tmp_path):
     assert summary["overall"]["completed"] + summary["overall"]["rejected"] == 5
     assert summary["overall"]["rejected"] == 4
     assert summary["rejections_by_reason"] == {"rejected:queue_full": 4}
+    assert summary["rejections_with_retry_after"] == 4
+    assert summary["by_priority"]["0"]["offered"] == 5
 
 
 def test_shared_block_hashes_become_prefix_cache_hits():

@@ -1,0 +1,1 @@
+"""Tiered KV storage on a live CPU engine: stock vLLM vs `KVTierConnector` (see ``__main__``)."""

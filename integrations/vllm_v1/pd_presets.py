@@ -1,0 +1,77 @@
+"""PD-aware scheduling defaults: what a prefill-only and a decode-only instance should run.
+
+A role is a `Pipeline` plus the engine limits it needs (vLLM engine arguments,
+not policies). The defaults were chosen on the ``mooncake-conv`` cluster replay
+(``python -m benchmarks.pd_replay --scheduling stock,pd``; numbers in docs/pd.md):
+
+- **prefill** (`PD_PREFILL`): cache-aware ranking with segmented-LRU eviction (a
+  prompt whose prefix is cached costs little and goes first, before its blocks
+  are evicted) and a 16k-token step budget (fewer, larger prefill steps). No
+  decode protection: a prefill instance generates one token per request.
+- **decode** (`PD_DECODE`): a `DecodeKVGate` that starts a request only while the
+  KV the batch holds stays within half the cache, which bounds the context each
+  decode step reads and so the inter-token latency, at the cost of queueing
+  (TTFT) when decode instances are busy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from integrations.vllm_v1.pipeline import Pipeline
+from policies import CacheAwareRanker, SegmentedLRU
+from policies.pd_scheduling import DecodeKVGate
+
+if TYPE_CHECKING:
+    from integrations.vllm_v1.harness import EngineShape
+
+
+@attrs.frozen(kw_only=True)
+class PDRole:
+    """How the instances of one PD role schedule: a pipeline and the engine limits it needs."""
+
+    pipeline: Pipeline | None = None
+    """None: vLLM's stock scheduler (the identity `Pipeline` where a pipeline is required)."""
+    max_num_batched_tokens: int | None = None
+    """vLLM's per-step token budget (``--max-num-batched-tokens``); None keeps the engine's."""
+
+    def applied_to(self, pipeline: Pipeline) -> Pipeline:
+        """``pipeline`` with this role's policies in every slot it leaves at its default.
+
+        Slots the caller set are kept, so a user's pipeline (fairness, admission, ...)
+        runs on every instance and each role only adds what it needs.
+        """
+        if self.pipeline is None:
+            return pipeline
+        blank = Pipeline()
+        return attrs.evolve(pipeline, **{
+            field.name: getattr(self.pipeline, field.name) for field in attrs.fields(Pipeline)
+            if getattr(pipeline, field.name) == getattr(blank, field.name)})
+
+    def vllm_args(self) -> tuple[str, ...]:
+        """Engine arguments for a vLLM server of this role (the pipeline travels separately)."""
+        if self.max_num_batched_tokens is None:
+            return ()
+        return ("--max-num-batched-tokens", str(self.max_num_batched_tokens))
+
+    def shape(self, base: EngineShape) -> EngineShape:
+        """``base`` with this role's engine limits, for the replay harness."""
+        if self.max_num_batched_tokens is None:
+            return base
+        return attrs.evolve(base, max_num_batched_tokens=self.max_num_batched_tokens)
+
+
+PD_PREFILL = PDRole(pipeline=Pipeline(ranking=CacheAwareRanker(), eviction=SegmentedLRU()),
+                    max_num_batched_tokens=16384)
+"""Prefill-only instances: cache-aware order, segmented LRU, a 16k-token step budget."""
+
+PD_DECODE = PDRole(pipeline=Pipeline(start_gate=DecodeKVGate(max_kv_usage=0.5)))
+"""Decode-only instances: start requests only while KV usage stays at most 0.5."""
+
+STOCK = PDRole()
+"""vLLM's own ``fcfs`` scheduling and the engine's limits (the baseline)."""
+
+PD_ROLES = {"prefill": PD_PREFILL, "decode": PD_DECODE}
+"""The PD-aware role of each pool."""
