@@ -35,7 +35,7 @@ from types import MappingProxyType
 import attrs
 
 from policies.pd_index import PrefixIndex, chain_keys
-from policies.validators import finite_non_negative
+from policies.validators import finite_non_negative, fraction
 
 __all__ = ["InstanceLoad", "LeastLoadedRouter", "PDRouter", "PDRouterStats", "PrefixIndex",
            "RoundRobinRouter", "RouteDecision", "RouteReason", "chain_keys"]
@@ -53,11 +53,6 @@ _non_negative_int = _int_at_least(0)
 _positive_int = _int_at_least(1)
 
 
-def _fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0.0 <= value <= 1.0:  # also rejects NaN
-        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")
-
-
 def _names(_instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
     if len(set(value)) != len(value) or not all(isinstance(n, str) and n for n in value):
         raise ValueError(f"{attribute.name} must be distinct non-empty names, got {value!r}")
@@ -71,7 +66,7 @@ class InstanceLoad:
     """Prompt tokens admitted but not yet computed."""
     running_decodes: int = attrs.field(default=0, validator=_non_negative_int)
     """Requests generating tokens (or about to, e.g. KV on its way)."""
-    kv_usage: float = attrs.field(default=0.0, validator=_fraction)
+    kv_usage: float = attrs.field(default=0.0, validator=fraction)
     """Fraction of KV-cache blocks in use."""
 
 
@@ -302,7 +297,7 @@ class PDRouter(LeastLoadedRouter):
     """Prompt tokens per block key."""
     rng: random.Random = attrs.field(factory=lambda: random.Random(0))
     """Draws the power-of-``choices`` samples."""
-    balance_epsilon: float = attrs.field(default=0.1, validator=_fraction)
+    balance_epsilon: float = attrs.field(default=0.1, validator=fraction)
     """How far above the pool's mean load score an instance stays eligible (relative)."""
     load_slack_tokens: float = attrs.field(default=1024.0, validator=finite_non_negative)
     """How far above ``(1 + balance_epsilon) * mean`` it stays eligible (absolute)."""

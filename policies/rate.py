@@ -25,13 +25,8 @@ import math
 
 import attrs
 
-from policies.validators import finite_non_negative
+from policies.validators import finite_non_negative, fraction
 from policies.views import LoadSnapshot, RequestView
-
-
-def _fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
-    if not 0 <= value <= 1:
-        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -113,9 +108,9 @@ class TokenBucket:
     """Refill rate with no pressure (about 64 tokens per 30 ms step)."""
     unlimited_priority_at_most: int = -1
     """Requests this urgent or more are never capped."""
-    kv_pressure_start: float = attrs.field(default=0.5, validator=_fraction)
+    kv_pressure_start: float = attrs.field(default=0.5, validator=fraction)
     """KV usage at which KV pressure starts rising from 0."""
-    kv_pressure_full: float = attrs.field(default=0.9, validator=_fraction)
+    kv_pressure_full: float = attrs.field(default=0.9, validator=fraction)
     """KV usage at which KV pressure reaches 1."""
 
     _requests: dict[str, _RequestState] = attrs.field(init=False, repr=False, factory=dict)

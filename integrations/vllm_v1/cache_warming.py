@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,6 @@ class EngineCacheWarmer:
         self._next_id = 0
         self._next_save = float("-inf")
         self._dirty = False
-        self.warm_requests = 0
-        self.warm_tokens = 0
         self._pending = self.state_path is not None and self.state_path.exists()
         """Restored prefixes wait for their first warm-up (read lazily: vLLM seeds its block
         hashes only after the scheduler is built)."""
@@ -66,31 +65,30 @@ class EngineCacheWarmer:
     def observe(self, request: Request) -> None:
         """Count an admitted request's prompt prefix (warm-up requests are not counted)."""
         if not request.request_id.startswith(WARM_ID_PREFIX):
-            self._dirty |= self.warmer.observe(request.block_hashes, request.prompt_token_ids,
-                                               self.block_size, self.scheduler.clock())
+            turned_hot = self.warmer.observe(request.block_hashes, request.prompt_token_ids,
+                                             self.block_size, self.scheduler.clock())
+            self._dirty |= turned_hot and self.state_path is not None
 
     def pending(self) -> bool:
         """Whether prefixes restored from ``state_path`` still wait for their first warm-up."""
         return self._pending
 
-    def before_step(self, load: LoadSnapshot) -> None:
+    def before_step(self, now: float, load: Callable[[], LoadSnapshot]) -> None:
         """Save the hot set if it changed; add warm-up requests for uncached hot prefixes if the
         engine is quiet (looked at most every ``check_interval_s``, each step while restored
-        prefixes are pending)."""
-        if self._dirty and load.now >= self._next_save:
-            self.save(load.now)
-        if load.now < self._next_check and not self._pending:
+        prefixes are pending; ``load`` is only called then)."""
+        if self._dirty and now >= self._next_save:
+            self.save(now)
+        if now < self._next_check and not self._pending:
             return
         if not self._restored:
             self._restored = True
             self.warmer.restore(json.loads(self.state_path.read_text()), self._block_keys,
-                                self.block_size, load.now)
-        self._next_check = load.now + self.check_interval_s
-        chosen = self.warmer.next_to_warm(load, self._is_cached)
+                                self.block_size, now)
+        self._next_check = now + self.check_interval_s
+        chosen = self.warmer.next_to_warm(load(), self._is_cached)
         for prefix in chosen:
-            self.scheduler.add_request(self._warm_request(prefix, load.now))
-            self.warm_requests += 1
-            self.warm_tokens += len(prefix.tokens)
+            self.scheduler.add_request(self._warm_request(prefix, now))
             if self.metrics is not None:
                 self.metrics.warmed(len(prefix.tokens))
         if not chosen:

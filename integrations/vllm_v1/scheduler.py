@@ -285,7 +285,7 @@ class PolicySchedulerMixin:
         if self.pipeline.speculation is not None:
             self._cap_drafts(now)
         if self._warmer is not None:
-            self._warmer.before_step(self._load or self.load_snapshot(now))
+            self._warmer.before_step(now, lambda: self._load or self.load_snapshot(now))
         return super().schedule(throttle_prefills)
 
     def _cap_drafts(self, now: float) -> None:
