@@ -3,7 +3,8 @@ Retry-After while every accepted request completes, and /metrics shows the pipel
 
 The server runs one request at a time. A streaming "blocker" request holds the engine
 until every contender waits (or was rejected), then hangs up, so the queue decides the
-whole service order; the engine's step log (not client-side timing, which the API process
+whole service order. The model admits a long context so that the blocker cannot finish
+on its own before a slow machine has queued every contender; the engine's step log (not client-side timing, which the API process
 can batch) says in which order requests were first scheduled.
 """
 
@@ -21,6 +22,7 @@ import pytest
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.pipeline import CONFIG_KEY
 from integrations.vllm_v1.step_log import STEP_LOG_SCHEDULER, read_step_log
+from integrations.vllm_v1.tiny_model import TinyModelSpec, tiny_model_dir
 from policies import WFQ, AdmissionController
 from tests.integration.http_client import free_port, get_text, post, server_model
 
@@ -28,21 +30,24 @@ pytestmark = pytest.mark.engine
 
 WEIGHTS = {"gold": 3.0, "bronze": 1.0}
 MAX_WAITING = 12
+CONTEXT = 32768
+"""Blocker tokens: minutes of decoding for the tiny model, even on a fast machine."""
 
 
 @pytest.fixture(scope="module")
-def server(random_model_dir, tmp_path_factory):
+def server(tmp_path_factory):
     pipeline = Pipeline(fairness=WFQ(weights=WEIGHTS),
                         admission=AdmissionController(rng=random.Random(0),
                                                       max_waiting=MAX_WAITING))
     folder = tmp_path_factory.mktemp("server")
     config = pipeline.engine_kwargs(async_scheduling=False)["additional_config"]
     config[CONFIG_KEY]["step_log"] = str(folder / "steps.jsonl")
-    args = ("--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-            "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20),
+    model = tiny_model_dir("random", spec=TinyModelSpec(max_position_embeddings=CONTEXT))
+    args = ("--dtype", "float32", "--max-model-len", str(CONTEXT), "--enforce-eager",
+            "--block-size", "32", "--kv-cache-memory-bytes", str(96 << 20),
             "--max-num-seqs", "1", "--no-async-scheduling",
             "--scheduler-cls", STEP_LOG_SCHEDULER, "--additional-config", json.dumps(config))
-    with pipeline.serve(random_model_dir, port=free_port(), vllm_args=args,
+    with pipeline.serve(str(model), port=free_port(), vllm_args=args,
                         log_path=str(folder / "server.log")) as handle:
         handle.wait_until_healthy(timeout_s=400)
         yield SimpleNamespace(url=handle.url, step_log=folder / "steps.jsonl")
@@ -72,7 +77,8 @@ def start_blocker(server):
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=120)
     connection.request("POST", "/v1/completions", headers={"content-type": "application/json"},
                        body=json.dumps({"model": server_model(server), "prompt": "Blocker",
-                                        "stream": True, "ignore_eos": True, "max_tokens": 2000,
+                                        "stream": True, "ignore_eos": True,
+                                        "max_tokens": CONTEXT - 64,
                                         "vllm_xargs": {"tenant": "blocker"}}))
     response = connection.getresponse()
     assert response.status == 200
