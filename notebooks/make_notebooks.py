@@ -882,8 +882,8 @@ BUSINESS_CASE = [
     new_markdown_cell("""# The business case: seven tenants, five phases, stock vLLM vs the fixes
 
 **What you'll learn**: build the seven-tenant, five-phase enterprise workload, compose the
-`pipeline+fixes` pipeline (the `default` preset plus prefill budget isolation and deadline
-expiry), replay both it and stock vLLM `fcfs` through vLLM's own scheduler in virtual time,
+`pipeline+fixes` pipeline (the `default` preset plus prefill budget isolation, deadline
+expiry and a non-starving yellow KV band), replay both it and stock vLLM `fcfs` through vLLM's own scheduler in virtual time,
 and read the per-phase Gold TTFT, fairness and admission accounting."""),
     new_markdown_cell("## Setup"),
     new_code_cell("""import logging
@@ -898,12 +898,15 @@ from benchmarks.e2e_business_cases.workload import PHASES, business_workload""")
     new_markdown_cell("""## The policies in Python
 
 `fixes_pipeline()` is the `default` preset (tier-weighted WFQ, QoS ranking, MLFQ, a prefill
-token bucket, admission control, KV watermarks) with two fixes in their slots: a per-tenant
-prefill budget composed with the token bucket (`TokenCaps`), and `EDFRanker` as the
-`deadlines` policy, which drops a waiting request that can no longer meet its deadline."""),
+token bucket, admission control, KV watermarks) with the fixes in their slots: a per-tenant
+prefill budget composed with the token bucket (`TokenCaps`), `EDFRanker` as the `deadlines`
+policy, which drops a waiting request that can no longer meet its deadline, and KV watermarks
+whose yellow band no longer rejects low priorities (it starved the Bronze tenants in the
+overload; the red band and queue admission still bound the load)."""),
     new_code_cell("""pipeline = fixes_pipeline()
 print("rate:", pipeline.rate)
 print("deadlines:", pipeline.deadlines)
+print("yellow band rejects priority >=", pipeline.watermarks.low_priority_from)
 for phase in PHASES:
     print(f"{phase.name:<14} tenants x{dict(phase.tenant_multipliers) or 1}  "
           f"kinds x{dict(phase.kind_multipliers) or 1}")"""),

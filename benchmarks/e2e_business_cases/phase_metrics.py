@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from benchmarks.e2e_business_cases.workload import BusinessWorkload, is_short
+from benchmarks.replay.fair_share import fair_share_jain
 from benchmarks.replay.metrics import SLO, latency_summary
 from benchmarks.replay.records import EngineSample, RequestRecord, SystemRun
 from integrations.vllm_v1.http_status import REJECTION
@@ -57,6 +58,8 @@ def phase_metrics(records: Sequence[RequestRecord], samples: Sequence[EngineSamp
 
     ``jain_index`` is Jain's index over the backlogged tenants' tier-weighted
     service (`benchmarks.replay.metrics.fairness`, 10 s windows);
+    ``fair_share_jain`` Jain's index of each tenant's served tokens over its
+    weighted max-min fair share of the phase (`benchmarks.replay.fair_share`);
     ``queue_len_max`` is the longest waiting queue sampled during the phase.
     """
     phase_s, tiers = workload.phase_s, workload.tiers
@@ -78,6 +81,7 @@ def phase_metrics(records: Sequence[RequestRecord], samples: Sequence[EngineSamp
         "slo_attainment": overall["slo_attainment"],
         "goodput_rps": overall["goodput_rps"],
         "jain_index": overall["jain_index"],
+        "fair_share_jain": fair_share_jain(records, weights=workload.weights),
         "prefix_hit_rate": overall["prefix_hit_rate"],
         "switch_tenant_hit_rate": latency_summary(switched, slos, phase_s)["prefix_hit_rate"],
         "preemptions": overall["preemptions"],

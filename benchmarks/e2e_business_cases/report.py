@@ -46,6 +46,8 @@ METRICS: tuple[tuple[str, Cell], ...] = (
      lambda m: " / ".join(_pct(v) for v in m["slo_attainment_by_tier"].values())),
     ("Goodput (SLO-meeting req/s)", lambda m: _num(m["goodput_rps"])),
     ("Jain's index (tier-weighted, backlogged tenants)", lambda m: _num(m["jain_index"], 3)),
+    ("Jain's index (served tokens / weighted fair share)",
+     lambda m: _num(m["fair_share_jain"], 3)),
     ("Prefix-cache hit rate", lambda m: _pct(m["prefix_hit_rate"])),
     ("Offered = admitted + rejected", _admission),
     ("Waiting queue, max", lambda m: "–" if m["queue_len_max"] is None
