@@ -12,7 +12,6 @@ and need no new blocks. `Pipeline.engine_kwargs` picks this class when
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -37,7 +36,7 @@ class StartGateMixin(PolicySchedulerMixin):
             pool = self.kv_cache_manager.block_pool
             needed = [0] * len(self.kv_holding_waiting) + [
                 -(-request.num_tokens // self.block_size)
-                for request in itertools.islice(self.waiting, MAX_LOOKAHEAD_REQUESTS)]
+                for request in self.waiting.head(MAX_LOOKAHEAD_REQUESTS)]
             startable = gate.startable(
                 needed, used_blocks=pool.num_gpu_blocks - pool.get_num_free_blocks(),
                 total_blocks=pool.num_gpu_blocks, running_requests=len(self.running))

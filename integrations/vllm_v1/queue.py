@@ -169,3 +169,20 @@ class PolicyRequestQueue(RequestQueue):
         """Requests by (key, seq) across tenants (the fairness interleaving is not simulated)."""
         entries = (entry for heap in self._heaps.values() for entry in heap)
         return (entry[2] for entry in sorted(entries, key=lambda e: (e[0], e[1])))
+
+    def head(self, count: int) -> list[Request]:
+        """The first ``count`` requests of `__iter__`'s order, in O(count log(tenants + count)):
+        a walk of every tenant's heap from its root, smallest (key, seq) first."""
+        frontier = [(heap[0][0], heap[0][1], index, 0)
+                    for index, heap in enumerate(self._heaps.values()) if heap]
+        heapq.heapify(frontier)
+        heaps = list(self._heaps.values())
+        found: list[Request] = []
+        while frontier and len(found) < count:
+            _, _, index, position = heapq.heappop(frontier)
+            heap = heaps[index]
+            found.append(heap[position][2])
+            for child in (2 * position + 1, 2 * position + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child][0], heap[child][1], index, child))
+        return found

@@ -289,9 +289,11 @@ class PolicySchedulerMixin:
         return super().schedule(throttle_prefills)
 
     def _cap_drafts(self, now: float) -> None:
-        withheld = cap_drafts(self.running, self.pipeline.speculation,
-                              lambda r: self._tracked[r.request_id].metadata.slo_class,
-                              self._load or self.load_snapshot(now))
+        budget = self.pipeline.speculation
+        load = (None if budget.busy_max_draft_tokens is None  # no load rule: no snapshot
+                else self._load or self.load_snapshot(now))
+        withheld = cap_drafts(self.running, budget,
+                              lambda r: self._tracked[r.request_id].metadata.slo_class, load)
         if self._metrics is not None:
             for slo_class, tokens in withheld.items():
                 self._metrics.drafts_withheld(slo_class, tokens)

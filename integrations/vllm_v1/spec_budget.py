@@ -17,8 +17,10 @@ from policies.speculative import SpeculationBudget
 
 
 def cap_drafts(running: Iterable[Any], budget: SpeculationBudget,
-               slo_class_of: Callable[[Any], str | None], load: LoadSnapshot) -> Counter[str]:
-    """Trim each running request's drafts to ``budget.limit(class, load)``.
+               slo_class_of: Callable[[Any], str | None], load: LoadSnapshot | None
+               ) -> Counter[str]:
+    """Trim each running request's drafts to ``budget.limit(class, load)`` (``load`` None:
+    the class caps alone).
 
     Returns the draft tokens withheld, by class. A trimmed request gets a new list: the async
     scheduler shares one placeholder list between requests, so it is never mutated in place.

@@ -82,6 +82,12 @@ class QueueMachine(RuleBasedStateMachine):
         backlogged = {self.tenants[i] for i in self.model}
         assert self.wfq.stats().backlogged == frozenset(backlogged)
 
+    @invariant()
+    def head_is_a_prefix_of_iteration(self):
+        order = list(self.queue)
+        for count in (0, 1, 3, len(order) + 1):
+            assert self.queue.head(count) == order[:count]
+
 
 TestQueueMachine = QueueMachine.TestCase
 TestQueueMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
