@@ -39,3 +39,14 @@ def server_model(server):
 def get_text(server, path):
     with urllib.request.urlopen(server.url + path, timeout=30) as response:
         return response.read().decode()
+
+
+def metric(text, name, **labels):
+    """The sum of ``name``'s samples in a Prometheus exposition whose labels include
+    ``labels`` (0 when none)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(sample.value for family in text_string_to_metric_families(text)
+               for sample in family.samples
+               if sample.name == name
+               and all(sample.labels.get(k) == v for k, v in labels.items()))

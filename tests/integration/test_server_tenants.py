@@ -11,7 +11,6 @@ can batch) says in which order requests were first scheduled.
 import http.client
 import json
 import random
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -24,7 +23,7 @@ from integrations.vllm_v1.pipeline import CONFIG_KEY
 from integrations.vllm_v1.step_log import STEP_LOG_SCHEDULER, read_step_log
 from integrations.vllm_v1.tiny_model import TinyModelSpec, tiny_model_dir
 from policies import WFQ, AdmissionController
-from tests.integration.http_client import free_port, get_text, post, server_model
+from tests.integration.http_client import free_port, get_text, metric, post, server_model
 
 pytestmark = pytest.mark.engine
 
@@ -59,16 +58,6 @@ def completion(server, tenant, max_tokens):
                 {"model": server_model(server), "prompt": f"Request of {tenant}",
                  "ignore_eos": True, "max_tokens": max_tokens, "vllm_xargs": {"tenant": tenant}},
                 with_headers=True)
-
-
-def metric(text, name, **labels):
-    """The value of one sample in a Prometheus exposition (0 when absent)."""
-    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        match = re.match(r"^([^{\s]+)(?:\{([^}]*)\})?\s+(\S+)$", line)
-        if match and match[1] == name and ",".join(sorted(filter(None, [match[2]]))) == wanted:
-            return float(match[3])
-    return 0.0
 
 
 def start_blocker(server):

@@ -3,7 +3,6 @@ with vLLM's own spec-decode counters on /metrics, and the pipeline's `Speculatio
 a class's drafts inside the engine without changing its output."""
 
 import json
-import re
 import time
 from types import SimpleNamespace
 
@@ -11,7 +10,7 @@ import pytest
 
 from integrations.vllm_v1 import Pipeline
 from policies.speculative import SpeculationBudget
-from tests.integration.http_client import free_port, get_text, post, server_model
+from tests.integration.http_client import free_port, get_text, metric, post, server_model
 
 pytestmark = pytest.mark.engine
 
@@ -47,18 +46,6 @@ def generate(server, prompt, max_tokens, slo_class):
     assert status == 200, body
     choice = body["choices"][0]
     return body.get("prompt_token_ids") or choice["prompt_token_ids"], choice["token_ids"]
-
-
-def metric(text, name, **labels):
-    """The sum of ``name``'s samples whose labels include ``labels`` (0 when absent)."""
-    total = 0.0
-    for line in text.splitlines():
-        match = re.match(r"^([^{\s]+)(?:\{([^}]*)\})?\s+(\S+)$", line)
-        if match and match[1] == name:
-            present = dict(re.findall(r'(\w+)="([^"]*)"', match[2] or ""))
-            if all(present.get(k) == v for k, v in labels.items()):
-                total += float(match[3])
-    return total
 
 
 def spec_counters(server):
