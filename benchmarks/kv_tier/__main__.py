@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 
@@ -28,12 +29,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--disk-blocks", type=int, default=256)
     parser.add_argument("--systems", default="stock,tiered",
                         help="comma-separated run order of 'stock' and 'tiered'")
+    parser.add_argument("--connector-core", action="store_true",
+                        help="let vLLM reserve its extra CPU core for the connector (its "
+                             "default; see kv_tier_config.cpu_core_env)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
     from benchmarks.kv_tier.live import ENGINE, run_system
-    from integrations.vllm_v1.kv_tier_config import KVTierConfig
+    from integrations.vllm_v1.kv_tier_config import KVTierConfig, cpu_core_env
     from integrations.vllm_v1.tiny_model import tiny_model_dir
+
+    if not args.connector_core:
+        os.environ.update(cpu_core_env())  # stock's core layout for both systems
 
     model = str(tiny_model_dir("random"))
     tiers = KVTierConfig(cpu_blocks=args.cpu_blocks, disk_blocks=args.disk_blocks)
@@ -45,7 +52,8 @@ def main(argv: list[str] | None = None) -> dict:
                for name in order}
     summary = {
         "workload": {"requests": args.requests, "max_tokens": args.max_tokens, "order": order,
-                     "engine": ENGINE, "tiers": tiers.extra_config()},
+                     "engine": ENGINE, "tiers": tiers.extra_config(),
+                     "connector_core": args.connector_core},
         "outputs_identical": all(
             results["stock"][r]["tokens"] == results["tiered"][r]["tokens"]
             for r in ("pressure", "repeat")),

@@ -3,7 +3,7 @@ small enough that requests are preempted and prefix blocks evicted from the GPU 
 
 import pytest
 
-from integrations.vllm_v1.kv_tier_config import KVTierConfig
+from integrations.vllm_v1.kv_tier_config import KVTierConfig, cpu_core_env
 from tests.conftest import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine
@@ -48,7 +48,10 @@ def run(random_model_dir):
     """One tiered engine: a pressured batch, a reference pass, then a repeated prompt."""
     from vllm import LLM
 
-    llm = LLM(**TIERS.engine_kwargs(**PRESSURE, model=random_model_dir))
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in cpu_core_env().items():
+            env.setenv(name, value)
+        llm = LLM(**TIERS.engine_kwargs(**PRESSURE, model=random_model_dir))
     result = {"pressured": greedy(llm, PROMPTS)}
     result["after_pressure"] = tier_metrics(llm)
     # Reference: each prompt alone (no preemption) under a fresh cache salt (no tier holds
