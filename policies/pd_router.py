@@ -350,9 +350,7 @@ class PDRouter(LeastLoadedRouter):
         if uncached > self.skip_prefill_max_tokens:
             prefill, prefill_reason = self._pick(self.prefill, loads, matched)
             prefill_reason = prefill_reason or RouteReason.NO_PREFILL_INSTANCE
-        for name in (decode, prefill):
-            if name is not None:
-                self._index.insert(name, block_keys)
+        self._index.insert((decode, prefill) if prefill is not None else (decode,), block_keys)
         return self._count(RouteDecision(
             request_id=request_id, prefill=prefill, decode=decode,
             prefill_reason=prefill_reason, decode_reason=decode_reason,
@@ -371,11 +369,14 @@ class PDRouter(LeastLoadedRouter):
         if self.choices is not None and self.choices < len(healthy):
             best = max(considered, key=lambda i: matched.get(healthy[i], 0))  # first longest
             considered = sorted(set(self.rng.sample(considered, self.choices)) | {best})
-        chosen, chosen_key = -1, (0, 0.0)
-        for i in considered:
-            key = (-matched.get(healthy[i], 0), scores[i])
-            if scores[i] <= bound and (chosen < 0 or key < chosen_key):
-                chosen, chosen_key = i, key
+        chosen, chosen_depth, chosen_score = -1, 0, 0.0
+        for i in considered:  # the longest prefix, then the lower score, then the earlier
+            score = scores[i]
+            if score <= bound:
+                depth = matched.get(healthy[i], 0)
+                if chosen < 0 or depth > chosen_depth or (
+                        depth == chosen_depth and score < chosen_score):
+                    chosen, chosen_depth, chosen_score = i, depth, score
         if chosen < 0:  # every considered instance is over the bound; the least loaded is not
             chosen = scores.index(min(scores))
         name = healthy[chosen]

@@ -2,9 +2,10 @@
 
 Half the instances prefill, half decode; the prefix index is warmed with the
 first ``--warm`` requests of a trace, then each timed call routes the next
-request under random loads. Prints and returns per-call p50/p99 in microseconds,
-from the repeat with the lowest p50 (``--repeats``, as ``timeit`` takes the best:
-on a shared machine the others measure the neighbours).
+request under random loads. Every repeat makes the same calls, so each call's
+time is its minimum over ``--repeats`` (as ``timeit`` takes the best: on a shared
+machine the others measure the neighbours, a preempted call costing a whole
+scheduler tick). Prints and returns the p50/p99 of those times in microseconds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from policies.pd_router import InstanceLoad, PDRouter, chain_keys
 
 
 def measure(num_instances: int, keys: list[list[int]], prompts: list[int], *, block_size: int,
-            warm: int, seed: int = 0) -> dict:
+            warm: int, seed: int = 0) -> np.ndarray:
     """Route ``keys[warm:]`` once each after routing ``keys[:warm]``; per-call times in µs."""
     rng = random.Random(seed)
     half = num_instances // 2
@@ -40,9 +41,7 @@ def measure(num_instances: int, keys: list[list[int]], prompts: list[int], *, bl
         router.route(str(i), prompts[i], keys[i], loads)
         times.append(time.perf_counter() - started)
     router.check_invariants()
-    micros = np.asarray(times) * 1e6
-    return {"instances": num_instances, "calls": len(times),
-            "p50_us": float(np.percentile(micros, 50)), "p99_us": float(np.percentile(micros, 99))}
+    return np.asarray(times) * 1e6
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -51,15 +50,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--instances", default="4,16,64,256")
     parser.add_argument("--requests", type=int, default=4000)
     parser.add_argument("--warm", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     trace = load_trace(args.trace, max_requests=args.requests)
     keys = [chain_keys(r.block_hashes) for r in trace.requests]
     prompts = [r.prompt_tokens for r in trace.requests]
-    rows = [min((measure(int(n), keys, prompts, block_size=trace.block_size or 512,
-                         warm=args.warm) for _ in range(args.repeats)),
-                key=lambda row: row["p50_us"])
-            for n in args.instances.split(",")]
+    rows = []
+    for n in args.instances.split(","):
+        micros = np.min([measure(int(n), keys, prompts, block_size=trace.block_size or 512,
+                                 warm=args.warm) for _ in range(args.repeats)], axis=0)
+        rows.append({"instances": int(n), "calls": len(micros),
+                     "p50_us": float(np.percentile(micros, 50)),
+                     "p99_us": float(np.percentile(micros, 99))})
     print(json.dumps(rows, indent=2))
     return rows
 

@@ -186,22 +186,32 @@ def test_unknown_instance_and_missing_load_raise():
 
 
 class PrefixIndexMachine(RuleBasedStateMachine):
-    """`PrefixIndex` against a model: per-instance LRU lists of keys."""
+    """`PrefixIndex` against a model: per-instance LRU lists of keys, one key at a time.
+
+    Capacity 5 with keys 0-9 (repeats within a call included) evicts, re-inserts
+    and compacts the logs often.
+    """
 
     def __init__(self):
         super().__init__()
         self.index = PrefixIndex(capacity_blocks=5)
         self.model: dict[str, list[int]] = {}
+        self.evictions = 0
 
-    @rule(name=st.sampled_from("abc"), keys=st.lists(st.integers(0, 9), max_size=7))
-    def insert(self, name, keys):
-        self.index.insert(name, keys)
-        lru = self.model.setdefault(name, [])
-        for key in keys:
-            if key in lru:
-                lru.remove(key)
-            lru.append(key)
-            del lru[:-5]
+    @rule(names=st.lists(st.sampled_from("abc"), min_size=1, max_size=3),
+          keys=st.lists(st.integers(0, 9), max_size=7))
+    def insert(self, names, keys):
+        self.index.insert(names, keys)
+        for name in dict.fromkeys(names):
+            lru = self.model.setdefault(name, [])
+            before = set(lru) | set(keys)
+            for key in keys:
+                if key in lru:
+                    lru.remove(key)
+                lru.append(key)
+                del lru[:-5]
+            self.evictions += len(before) - len(lru)  # keys forgotten, each once
+        assert self.index.evictions == self.evictions
 
     @rule(name=st.sampled_from("abc"), keys=st.lists(st.integers(0, 9), max_size=4))
     def drop(self, name, keys):
@@ -227,6 +237,8 @@ class PrefixIndexMachine(RuleBasedStateMachine):
         self.index.check_invariants()
         for name in "abc":
             assert self.index.blocks(name) == len(self.model.get(name, []))
+            held = {key for key in range(10) if name in self.index.match([key])}
+            assert held == set(self.model.get(name, []))
 
 
 TestPrefixIndex = PrefixIndexMachine.TestCase
