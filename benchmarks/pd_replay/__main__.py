@@ -25,7 +25,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from tqdm import tqdm
 
-from benchmarks.pd_replay.cluster import ClusterRun, TransferModel, run_cluster
+from benchmarks.pd_replay.cluster import (
+    KV_BYTES_PER_TOKEN,
+    ClusterRun,
+    TransferModel,
+    run_cluster,
+)
 from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import load_trace
@@ -106,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
     parser.add_argument("--link-gbytes-per-s", type=float, default=50.0,
                         help="decode ingress link bandwidth, GB/s")
+    parser.add_argument("--kv-dtype", choices=sorted(KV_BYTES_PER_TOKEN), default="bf16",
+                        help="KV cache dtype of both pools (fp8: vLLM's --kv-cache-dtype fp8 "
+                             "on every instance), which sets the bytes sent per token")
     add_engine_shape_arguments(parser, max_model_len=131072)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
@@ -118,7 +126,8 @@ def main(argv: list[str] | None = None) -> dict:
     trace = load_trace(args.trace, format=args.format,
                        max_requests=args.max_requests).scaled(args.rate_scale)
     cost_model = StepCostModel.preset(args.gpu)
-    transfer = TransferModel(link_bytes_per_s=args.link_gbytes_per_s * 1e9)
+    transfer = TransferModel(link_bytes_per_s=args.link_gbytes_per_s * 1e9,
+                             kv_bytes_per_token=KV_BYTES_PER_TOKEN[args.kv_dtype])
     shape = engine_shape(args)
     # A decode instance installs a transferred prompt in one step, as a connector load does.
     decode_shape = attrs.evolve(shape, max_num_batched_tokens=args.max_model_len)

@@ -41,6 +41,10 @@ from policies.pd_router import InstanceLoad, RouteDecision, chain_keys
 
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 131072
 """2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 bytes (bf16)."""
+KV_BYTES_PER_TOKEN = {"bf16": LLAMA3_8B_KV_BYTES_PER_TOKEN,
+                      "fp8": LLAMA3_8B_KV_BYTES_PER_TOKEN // 2}
+"""Llama-3-8B KV bytes per token by KV cache dtype (fp8: one byte per value). Only the
+transfer is priced from it; the step-cost model keeps bf16 attention."""
 
 
 class Router(Protocol):
