@@ -24,6 +24,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -176,13 +177,26 @@ class PDDeployment:
         return cls(servers, proxy, proxy_server, storage)
 
     def wait_until_healthy(self, timeout_s: float = 300.0) -> None:
-        """Block until every vLLM server answers ``/health``, then the router's too."""
+        """Block until every vLLM server answers ``/health``, then the router's too (its
+        health checks may still hold a server down that just came up).
+
+        Raises:
+            TimeoutError: if the router is not healthy within ``timeout_s`` of the servers.
+        """
         for server in self.servers.values():
             server.wait_until_healthy(timeout_s)
-        with urllib.request.urlopen(f"{self.url}/health", timeout=10) as answer:
-            if answer.status != 200:
-                raise urllib.error.HTTPError(self.url, answer.status, "router unhealthy",
-                                             answer.headers, None)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=10) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the PD router at {self.url} is not healthy after "
+                                   f"{timeout_s:.0f} s")
+            time.sleep(0.5)
 
     def stop(self) -> None:
         """Stop the router, then every server; remove the KV storage directory."""

@@ -13,11 +13,16 @@ step times (calibration). One line per event:
 ``duration_s`` runs from the end of ``schedule()`` to the start of
 ``update_from_output()``: the model's forward pass and sampling (synchronous
 scheduling only).
+
+A test seam: with ``"hold_path": PATH`` in the config, no waiting request starts
+while that file exists (vLLM's waiting pass stops at ``max_num_active_reqs``), so
+arrivals queue, in the pipeline's order, until the file is removed.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -59,8 +64,10 @@ class StepLogScheduler(PolicyScheduler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        path = self.vllm_config.additional_config[CONFIG_KEY]["step_log"]
-        self._log = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the engine
+        config = self.vllm_config.additional_config[CONFIG_KEY]
+        self._log = open(config["step_log"], "a", buffering=1)  # noqa: SIM115 - engine's life
+        self._hold_path = config.get("hold_path")
+        self._active_limit = self.max_num_active_reqs
         self._step = 0
         self._started: float | None = None
         config = self.scheduler_config
@@ -82,6 +89,9 @@ class StepLogScheduler(PolicyScheduler):
         super().add_request(request)
 
     def schedule(self, throttle_prefills: bool = False) -> Any:
+        if self._hold_path is not None:
+            held = os.path.exists(self._hold_path)
+            self.max_num_active_reqs = len(self.running) if held else self._active_limit
         output = super().schedule(throttle_prefills)
         self._scheduled = dict(output.num_scheduled_tokens)
         self._work = scheduled_work(self, self._scheduled)

@@ -1,27 +1,24 @@
 """Tenants over HTTP on a real CPU engine: WFQ shares by weight, overload answers 503 with
 Retry-After while every accepted request completes, and /metrics shows the pipeline.
 
-The server runs one request at a time. A streaming "blocker" request holds the engine
-until every contender waits (or was rejected), then hangs up, so the queue decides the
-whole service order. The model admits a long context so that the blocker cannot finish
-on its own before a slow machine has queued every contender; the engine's step log (not client-side timing, which the API process
-can batch) says in which order requests were first scheduled.
+The server runs one request at a time. While a hold file exists its scheduler starts no
+waiting request (the step log's test seam), so every contender queues (or is rejected)
+first and the queue alone decides the service order; the engine's step log (not
+client-side timing, which the API process can batch) says in which order requests were
+first scheduled.
 """
 
-import http.client
 import json
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
-from urllib.parse import urlsplit
 
 import pytest
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.pipeline import CONFIG_KEY
 from integrations.vllm_v1.step_log import STEP_LOG_SCHEDULER, read_step_log
-from integrations.vllm_v1.tiny_model import TinyModelSpec, tiny_model_dir
 from policies import WFQ, AdmissionController
 from tests.integration.http_client import free_port, get_text, metric, post, server_model
 
@@ -29,27 +26,26 @@ pytestmark = pytest.mark.engine
 
 WEIGHTS = {"gold": 3.0, "bronze": 1.0}
 MAX_WAITING = 12
-CONTEXT = 32768
-"""Blocker tokens: minutes of decoding for the tiny model, even on a fast machine."""
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(random_model_dir, tmp_path_factory):
     pipeline = Pipeline(fairness=WFQ(weights=WEIGHTS),
                         admission=AdmissionController(rng=random.Random(0),
                                                       max_waiting=MAX_WAITING))
     folder = tmp_path_factory.mktemp("server")
     config = pipeline.engine_kwargs(async_scheduling=False)["additional_config"]
     config[CONFIG_KEY]["step_log"] = str(folder / "steps.jsonl")
-    model = tiny_model_dir("random", spec=TinyModelSpec(max_position_embeddings=CONTEXT))
-    args = ("--dtype", "float32", "--max-model-len", str(CONTEXT), "--enforce-eager",
-            "--block-size", "32", "--kv-cache-memory-bytes", str(96 << 20),
+    config[CONFIG_KEY]["hold_path"] = str(folder / "hold")
+    args = ("--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
+            "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20),
             "--max-num-seqs", "1", "--no-async-scheduling",
             "--scheduler-cls", STEP_LOG_SCHEDULER, "--additional-config", json.dumps(config))
-    with pipeline.serve(str(model), port=free_port(), vllm_args=args,
+    with pipeline.serve(random_model_dir, port=free_port(), vllm_args=args,
                         log_path=str(folder / "server.log")) as handle:
         handle.wait_until_healthy(timeout_s=400)
-        yield SimpleNamespace(url=handle.url, step_log=folder / "steps.jsonl")
+        yield SimpleNamespace(url=handle.url, step_log=folder / "steps.jsonl",
+                              hold=folder / "hold")
 
 
 def completion(server, tenant, max_tokens):
@@ -58,21 +54,6 @@ def completion(server, tenant, max_tokens):
                 {"model": server_model(server), "prompt": f"Request of {tenant}",
                  "ignore_eos": True, "max_tokens": max_tokens, "vllm_xargs": {"tenant": tenant}},
                 with_headers=True)
-
-
-def start_blocker(server):
-    """A streaming request that is running once this returns; close it to abort it."""
-    address = urlsplit(server.url)
-    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=120)
-    connection.request("POST", "/v1/completions", headers={"content-type": "application/json"},
-                       body=json.dumps({"model": server_model(server), "prompt": "Blocker",
-                                        "stream": True, "ignore_eos": True,
-                                        "max_tokens": CONTEXT - 64,
-                                        "vllm_xargs": {"tenant": "blocker"}}))
-    response = connection.getresponse()
-    assert response.status == 200
-    assert response.readline().startswith(b"data: ")  # a token: the blocker runs
-    return connection
 
 
 def queued_or_rejected(server, rejected_before):
@@ -84,20 +65,23 @@ def queued_or_rejected(server, rejected_before):
 
 
 def contend(server, tenants, max_tokens):
-    """Queue ``tenants``' requests behind the blocker, then release them; their replies
-    and the tenants in the order the engine first scheduled them."""
+    """Queue ``tenants``' requests behind the hold, then release them; their replies and
+    the tenants in the order the engine first scheduled them."""
     events = len(read_step_log(server.step_log))
     rejected_before = metric(get_text(server, "/metrics"), "policies:rejections_total",
                              reason="queue_full")
-    blocker = start_blocker(server)
-    with ThreadPoolExecutor(max_workers=len(tenants)) as pool:
-        replies = [pool.submit(completion, server, t, max_tokens) for t in tenants]
-        deadline = time.monotonic() + 120
-        while queued_or_rejected(server, rejected_before) < len(tenants):
-            assert time.monotonic() < deadline, "requests never queued"
-            time.sleep(0.05)
-        blocker.close()  # the server aborts the blocker; the queue drains
-        replies = [reply.result() for reply in replies]
+    server.hold.touch()
+    try:
+        with ThreadPoolExecutor(max_workers=len(tenants)) as pool:
+            replies = [pool.submit(completion, server, t, max_tokens) for t in tenants]
+            deadline = time.monotonic() + 120
+            while queued_or_rejected(server, rejected_before) < len(tenants):
+                assert time.monotonic() < deadline, "requests never queued"
+                time.sleep(0.05)
+            server.hold.unlink()  # the queue drains in the pipeline's order
+            replies = [reply.result() for reply in replies]
+    finally:
+        server.hold.unlink(missing_ok=True)
     log = read_step_log(server.step_log)[events:]
     tenant_of = {e["request_id"]: e["extra_args"]["tenant"] for e in log if e["event"] == "add"}
     added = {e["request_id"]: e["step"] for e in log if e["event"] == "add"}
@@ -105,10 +89,8 @@ def contend(server, tenants, max_tokens):
     for event in log:
         for request_id in event.get("scheduled", ()):
             first.setdefault(request_id, event["step"])
-    blocker_id = next(r for r, t in tenant_of.items() if t == "blocker")
-    blocker_end = max(e["step"] for e in log if blocker_id in e.get("scheduled", ()))
-    assert all(added[r] < blocker_end for r in tenant_of), "requests arrived after the blocker"
-    order = [tenant_of[r] for r in sorted(first, key=first.get) if r != blocker_id]
+    assert first and max(added.values()) <= min(first.values()), "a request started early"
+    order = [tenant_of[r] for r in sorted(first, key=first.get)]
     return replies, order
 
 
