@@ -24,7 +24,8 @@ def cpu_core_env(ranks: int = 1) -> dict[str, str]:
     ``vllm/utils/ompmultiprocessing.py``). `KVTierConnector` copies blocks on the worker's own
     thread and needs no such core; on a small machine the extra reservation leaves none to
     reserve, so vLLM binds the worker's OpenMP threads to every core, the busy engine core's
-    included (measured on 2 cores: round 1 of ``benchmarks.kv_tier`` 3.5 s instead of 1.5 s).
+    included (measured on 2 cores: round 1 of ``benchmarks.kv_tier`` 8.8x slower than stock,
+    against 1.4-2.5x with this environment; see the KV-cache docs).
     Put these variables in the environment of the process that starts the engine; vLLM reads
     them when it starts its workers. ``ranks``: tensor-parallel ranks on this machine.
     """

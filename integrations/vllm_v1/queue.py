@@ -173,10 +173,10 @@ class PolicyRequestQueue(RequestQueue):
     def head(self, count: int) -> list[Request]:
         """The first ``count`` requests of `__iter__`'s order, in O(count log(tenants + count)):
         a walk of every tenant's heap from its root, smallest (key, seq) first."""
-        frontier = [(heap[0][0], heap[0][1], index, 0)
-                    for index, heap in enumerate(self._heaps.values()) if heap]
-        heapq.heapify(frontier)
         heaps = list(self._heaps.values())
+        frontier = [(heap[0][0], heap[0][1], index, 0)
+                    for index, heap in enumerate(heaps) if heap]
+        heapq.heapify(frontier)
         found: list[Request] = []
         while frontier and len(found) < count:
             _, _, index, position = heapq.heappop(frontier)

@@ -64,9 +64,9 @@ class StepLogScheduler(PolicyScheduler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        config = self.vllm_config.additional_config[CONFIG_KEY]
-        self._log = open(config["step_log"], "a", buffering=1)  # noqa: SIM115 - engine's life
-        self._hold_path = config.get("hold_path")
+        ours = self.vllm_config.additional_config[CONFIG_KEY]
+        self._log = open(ours["step_log"], "a", buffering=1)  # noqa: SIM115 - engine's life
+        self._hold_path = ours.get("hold_path")
         self._active_limit = self.max_num_active_reqs
         self._step = 0
         self._started: float | None = None
