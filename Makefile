@@ -50,7 +50,7 @@ docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve
 
 serve: $(STAMP)
-	$(PY) -m integrations.vllm_v1.serve --pipeline qos --port $(PORT)
+	$(PY) -m integrations.vllm_v1.serving --pipeline qos --port $(PORT)
 
 overhead: $(STAMP)
 	$(PY) -m benchmarks.overhead --out $(OUT)/overhead

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from integrations.vllm_v1.harness import EngineShape, SchedulerHarness
-from integrations.vllm_v1.presets import PRESETS
+from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
+from integrations.vllm_v1.config.presets import PRESETS
 
 PROMPT_TOKENS = 64
 

@@ -91,7 +91,7 @@ server = pipeline.serve("path/to/model", port=8000)  # vLLM's OpenAI server
 server.wait_until_healthy()
 ```
 
-or from a shell: `python -m integrations.vllm_v1.serve --pipeline qos --model path/to/model`.
+or from a shell: `python -m integrations.vllm_v1.serving --pipeline qos --model path/to/model`.
 Clients set `priority` and `vllm_xargs` (`tenant`, `slo_class`, `deadline_ms`)."""),
 ]
 
@@ -187,7 +187,7 @@ from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
 from integrations.vllm_v1 import EngineShape
-from integrations.vllm_v1.presets import TENANT_WEIGHTS
+from integrations.vllm_v1.config.presets import TENANT_WEIGHTS
 from policies import MLFQ, LoadSnapshot, QoSRanker, RequestView, TokenBucket
 from policies.levels import LEVEL_NAMES"""),
     new_markdown_cell("""## The policies in Python
@@ -354,7 +354,7 @@ llm = pipeline.llm(model="path/to/model")            # a vllm.LLM with PolicySch
 outputs = llm.generate(prompts, sampling_params, priority=[-1, 0, 1])
 ```
 
-or behind vLLM's OpenAI server: `python -m integrations.vllm_v1.serve --pipeline mlfq
+or behind vLLM's OpenAI server: `python -m integrations.vllm_v1.serving --pipeline mlfq
 --model path/to/model` (presets `qos`, `mlfq`, `rate`, or `default` for every layer at
 once). Clients set `priority` and `vllm_xargs` (`tenant`, `slo_class`)."""),
 ]
@@ -380,8 +380,8 @@ from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
 from integrations.vllm_v1 import EngineShape
-from integrations.vllm_v1.http_status import rejection_status
-from integrations.vllm_v1.presets import TENANT_WEIGHTS, default_pipeline
+from integrations.vllm_v1.serving.http_status import rejection_status
+from integrations.vllm_v1.config.presets import TENANT_WEIGHTS, default_pipeline
 from policies import WFQ, AdmissionController, EDFRanker, KVWatermarks, LoadSnapshot, RequestView"""),
     new_markdown_cell("""## The policies in Python
 
@@ -580,7 +580,7 @@ for t in toy_tenants:  # the WFQ bound held in the toy run above
     new_markdown_cell("""## Serving it over HTTP
 
 ```bash
-python -m integrations.vllm_v1.serve --pipeline default --model path/to/model
+python -m integrations.vllm_v1.serving --pipeline default --model path/to/model
 ```
 
 starts vLLM's OpenAI server with the `default` pipeline. Clients name their tenant and
@@ -720,14 +720,14 @@ from vllm import LLM
 
 llm = LLM(model="path/to/model", speculative_config={
     "method": "custom_class",
-    "model": "integrations.vllm_v1.spec_proposer.SuffixAutomatonProposer",
+    "model": "integrations.vllm_v1.speculative.proposer.SuffixAutomatonProposer",
     "num_speculative_tokens": 32})
 ```
 
 To change the draft rules or the shared-cache bound, subclass it in an importable module:
 
 ```python
-from integrations.vllm_v1.spec_proposer import SuffixAutomatonProposer
+from integrations.vllm_v1.speculative.proposer import SuffixAutomatonProposer
 from policies import DraftConfig
 
 class SQLProposer(SuffixAutomatonProposer):
@@ -868,7 +868,7 @@ blocks** instead of recomputing them, and a prompt the GPU cache evicted is load
 or disk. Enable it with one engine argument (it composes with `Pipeline.llm`):
 
 ```python
-from integrations.vllm_v1.kv_tier_config import KVTierConfig
+from integrations.vllm_v1.cache.tiers.config import KVTierConfig
 
 tiers = KVTierConfig(cpu_blocks=4096, disk_blocks=65536, disk_path="/mnt/kv")
 llm = LLM(**tiers.engine_kwargs(model="path/to/model", enable_prefix_caching=True))
@@ -989,7 +989,7 @@ from benchmarks.pd_replay.cluster import TransferModel, run_cluster
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import load_trace
 from integrations.vllm_v1 import EngineShape
-from integrations.vllm_v1.pd_presets import PD_DECODE, PD_PREFILL
+from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL
 from policies import InstanceLoad, LeastLoadedRouter, PDRouter, chain_keys"""),
     new_markdown_cell("""## The router in Python
 

@@ -2,7 +2,7 @@
 
 An eviction order holds the *evictable* blocks of a prefix cache: blocks whose
 content is cached but that no running request references. vLLM keeps exactly
-this set in its free-block queue; `integrations.vllm_v1.eviction` lets one of
+this set in its free-block queue; `integrations.vllm_v1.cache.eviction` lets one of
 these objects choose the victims. Keys are opaque hashables (a block id in
 vLLM, a content hash in `benchmarks.cache_replay`).
 

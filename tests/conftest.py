@@ -22,6 +22,6 @@ ENGINE_KWARGS = {
 @pytest.fixture(scope="session")
 def random_model_dir():
     """The tiny model with seeded random weights (greedy output depends on the prompt)."""
-    from integrations.vllm_v1.tiny_model import tiny_model_dir
+    from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 
     return str(tiny_model_dir("random"))

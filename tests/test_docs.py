@@ -162,7 +162,7 @@ def test_concepts_lists_every_pipeline_slot():
 
 
 def test_serving_lists_every_preset():
-    from integrations.vllm_v1.presets import PRESETS
+    from integrations.vllm_v1.config.presets import PRESETS
 
     text = (DOCS / "serving.md").read_text(encoding="utf-8")
     missing = [name for name in PRESETS if f"| `{name}` |" not in text]
@@ -196,7 +196,7 @@ def test_shell_blocks_name_pipelines():
 
 @pytest.mark.parametrize(("page", "spec"), shown_pipeline_specs(), ids=lambda value: value)
 def test_shown_pipeline_exists(page, spec):
-    from integrations.vllm_v1.presets import PRESETS
+    from integrations.vllm_v1.config.presets import PRESETS
 
     if ":" not in spec:
         assert spec in PRESETS, f"{page}: {spec!r} is not a preset"

@@ -45,9 +45,9 @@ from benchmarks.e2e_business_cases.workload import (
 )
 from benchmarks.replay.metrics import DEFAULT_SLOS
 from benchmarks.replay.records import SystemRun
-from integrations.vllm_v1.server import API_SERVER_MODULE, LocalServer, offline_env
-from integrations.vllm_v1.step_log import step_log_server_args
-from integrations.vllm_v1.tiny_model import tiny_model_dir
+from integrations.vllm_v1.serving.server import API_SERVER_MODULE, LocalServer, offline_env
+from integrations.vllm_v1.instruments.step_log import step_log_server_args
+from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 
 LIVE_SYSTEMS = ("fcfs", "pipeline+fixes")
 """The systems a live run compares by default (one server each, one after the other)."""

@@ -16,7 +16,7 @@ from benchmarks.e2e_business_cases.workload import BusinessWorkload, is_short
 from benchmarks.replay.fair_share import fair_share_jain
 from benchmarks.replay.metrics import SLO, latency_summary
 from benchmarks.replay.records import EngineSample, RequestRecord, SystemRun
-from integrations.vllm_v1.http_status import REJECTION
+from integrations.vllm_v1.serving.http_status import REJECTION
 
 TIERS = ("gold", "silver", "bronze")
 

@@ -27,7 +27,7 @@ from benchmarks.e2e_business_cases.workload import BusinessWorkload
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import DEFAULT_SLOS, SLO
-from integrations.vllm_v1.harness import EngineShape
+from integrations.vllm_v1.instruments.harness import EngineShape
 
 SHAPE = EngineShape(num_blocks=24800, block_size=16, max_num_seqs=256,
                     max_num_batched_tokens=8192, max_model_len=32768)

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 import attrs
 
 from benchmarks.replay.driver import build_harness
-from integrations.vllm_v1.harness import EngineShape, SchedulerHarness
+from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
 from integrations.vllm_v1.pipeline import Pipeline
-from integrations.vllm_v1.presets import TENANT_WEIGHTS, default_pipeline
+from integrations.vllm_v1.config.presets import TENANT_WEIGHTS, default_pipeline
 from policies import PRIORITY_MAX, EDFRanker, TenantPrefillBudget, TokenCaps
 from policies.prefill_guard import InteractivePrefillGuard
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from benchmarks.replay.calibrate import load_cost_model, samples_from_step_log
 from benchmarks.replay.cost_model import StepBatch, StepCostModel
-from integrations.vllm_v1.step_log import read_step_log
+from integrations.vllm_v1.instruments.step_log import read_step_log
 
 
 def describe(batch: StepBatch) -> str:

@@ -34,8 +34,8 @@ from benchmarks.e2e_business_cases.systems import PIPELINES
 from benchmarks.e2e_business_cases.workload import BASE_RATE_SCALE
 from benchmarks.replay.calibrate import calibrate, samples_from_step_log
 from benchmarks.replay.cost_model import StepCostModel
-from integrations.vllm_v1.step_log import read_step_log
-from integrations.vllm_v1.tiny_model import TinyModelSpec, tiny_model_dir
+from integrations.vllm_v1.instruments.step_log import read_step_log
+from integrations.vllm_v1.instruments.tiny_model import TinyModelSpec, tiny_model_dir
 
 LLAMA3_8B_SHAPE = TinyModelSpec(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
                                 num_key_value_heads=8, head_dim=128, intermediate_size=14336,

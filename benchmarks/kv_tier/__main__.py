@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     from benchmarks.kv_tier.live import ENGINE, run_system
-    from integrations.vllm_v1.kv_tier_config import KVTierConfig, cpu_core_env
-    from integrations.vllm_v1.tiny_model import tiny_model_dir
+    from integrations.vllm_v1.cache.tiers.config import KVTierConfig, cpu_core_env
+    from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 
     if not args.connector_core:
         os.environ.update(cpu_core_env())  # stock's core layout for both systems

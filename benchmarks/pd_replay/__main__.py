@@ -35,7 +35,7 @@ from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import load_trace
 from benchmarks.replay.metrics import DEFAULT_SLOS, latency_summary
-from integrations.vllm_v1.pd_presets import PD_DECODE, PD_PREFILL, STOCK
+from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL, STOCK
 from policies.pd_router import LeastLoadedRouter, PDRouter, RoundRobinRouter
 
 ROUTERS = ("round_robin", "least_loaded", "pd_router")

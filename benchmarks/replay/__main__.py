@@ -27,7 +27,7 @@ from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.plots import plot_engine, plot_tenant_service, plot_ttft
 from benchmarks.replay.trace import Trace
-from integrations.vllm_v1.presets import TENANT_WEIGHTS
+from integrations.vllm_v1.config.presets import TENANT_WEIGHTS
 
 TENANT_PRIORITIES = {"t0": -1, "t1": -1, "t2": 0, "t3": 0, "t4": 0, "t5": 1, "t6": 1}
 """``--tenants servegen``: the two busiest tenants are Gold (-1), three Silver (0), two Bronze (1)."""

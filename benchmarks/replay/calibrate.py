@@ -67,7 +67,7 @@ def run_live_sweep(model: str, log_path: Path, engine_kwargs: dict) -> list[dict
     from vllm import LLM, SamplingParams
 
     from integrations.vllm_v1 import Pipeline
-    from integrations.vllm_v1.step_log import read_step_log, step_log_engine_kwargs
+    from integrations.vllm_v1.instruments.step_log import read_step_log, step_log_engine_kwargs
 
     log_path.unlink(missing_ok=True)
     llm = LLM(**step_log_engine_kwargs(Pipeline(), log_path, model=model, **engine_kwargs))
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.step_log:
-        from integrations.vllm_v1.step_log import read_step_log
+        from integrations.vllm_v1.instruments.step_log import read_step_log
 
         events = read_step_log(args.step_log)
     else:
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "kv_cache_memory_bytes": 64 << 20, "block_size": 32}
         model = args.model
         if model is None:
-            from integrations.vllm_v1.tiny_model import tiny_model_dir
+            from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 
             model = str(tiny_model_dir("dummy"))
             engine_kwargs["load_format"] = "dummy"

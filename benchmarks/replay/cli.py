@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from integrations.vllm_v1.harness import EngineShape
+from integrations.vllm_v1.instruments.harness import EngineShape
 
 
 def add_engine_shape_arguments(parser: argparse.ArgumentParser, *, max_model_len: int) -> None:

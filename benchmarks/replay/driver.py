@@ -21,13 +21,13 @@ from vllm.v1.request import RequestStatus
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
 from benchmarks.replay.records import EngineSample, RequestRecord, SystemRun
 from benchmarks.replay.trace import Trace, TraceRequest
-from integrations.vllm_v1.harness import (
+from integrations.vllm_v1.instruments.harness import (
     EngineShape,
     ScheduledWork,
     SchedulerHarness,
     scheduled_work,
 )
-from integrations.vllm_v1.presets import resolve_pipeline
+from integrations.vllm_v1.config.presets import resolve_pipeline
 
 STOCK_SYSTEMS = ("fcfs", "priority")
 _TOKEN_SPACE = 1 << 30

@@ -12,19 +12,19 @@ from typing import Any
 from integrations.vllm_v1.pipeline import Pipeline
 
 _LAZY = {
-    "PolicyScheduler": "integrations.vllm_v1.scheduler",
-    "AsyncPolicyScheduler": "integrations.vllm_v1.scheduler",
-    "PolicyRequestQueue": "integrations.vllm_v1.queue",
-    "PolicyFreeBlockQueue": "integrations.vllm_v1.eviction",
-    "install_eviction": "integrations.vllm_v1.eviction",
-    "SchedulerHarness": "integrations.vllm_v1.harness",
-    "EngineShape": "integrations.vllm_v1.harness",
-    "tiny_model_dir": "integrations.vllm_v1.tiny_model",
-    "KVTierConfig": "integrations.vllm_v1.kv_tier_config",
-    "KVTierConnector": "integrations.vllm_v1.kv_tier_connector",
-    "LocalServer": "integrations.vllm_v1.server",
-    "resolve_pipeline": "integrations.vllm_v1.presets",
-    "PRESETS": "integrations.vllm_v1.presets",
+    "PolicyScheduler": "integrations.vllm_v1.scheduling.scheduler",
+    "AsyncPolicyScheduler": "integrations.vllm_v1.scheduling.scheduler",
+    "PolicyRequestQueue": "integrations.vllm_v1.scheduling.queue",
+    "PolicyFreeBlockQueue": "integrations.vllm_v1.cache.eviction",
+    "install_eviction": "integrations.vllm_v1.cache.eviction",
+    "SchedulerHarness": "integrations.vllm_v1.instruments.harness",
+    "EngineShape": "integrations.vllm_v1.instruments.harness",
+    "tiny_model_dir": "integrations.vllm_v1.instruments.tiny_model",
+    "KVTierConfig": "integrations.vllm_v1.cache.tiers.config",
+    "KVTierConnector": "integrations.vllm_v1.cache.tiers.connector",
+    "LocalServer": "integrations.vllm_v1.serving.server",
+    "resolve_pipeline": "integrations.vllm_v1.config.presets",
+    "PRESETS": "integrations.vllm_v1.config.presets",
 }
 
 __all__ = ["Pipeline", *_LAZY]

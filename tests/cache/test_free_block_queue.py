@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
-from integrations.vllm_v1.eviction import PolicyFreeBlockQueue
+from integrations.vllm_v1.cache.eviction import PolicyFreeBlockQueue
 from policies import LRU, SegmentedLRU
 from tests.integration.workloads import workloads
 

@@ -3,7 +3,7 @@ small enough that requests are preempted and prefix blocks evicted from the GPU 
 
 import pytest
 
-from integrations.vllm_v1.kv_tier_config import KVTierConfig, cpu_core_env
+from integrations.vllm_v1.cache.tiers.config import KVTierConfig, cpu_core_env
 from tests.conftest import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from integrations.vllm_v1.kv_tier_config import KVTierConfig
-from integrations.vllm_v1.kv_tier_store import CPU, DISK, KVBlockStore, PagedKV
+from integrations.vllm_v1.cache.tiers.config import KVTierConfig
+from integrations.vllm_v1.cache.tiers.store import CPU, DISK, KVBlockStore, PagedKV
 
 
 def block(value):
@@ -71,7 +71,7 @@ def test_config_round_trips_through_the_transfer_config():
     config = KVTierConfig(cpu_blocks=8, disk_blocks=16, high_priority_at_most=0)
     transfer = config.transfer_config()
     assert transfer["kv_connector"] == "KVTierConnector"
-    assert transfer["kv_connector_module_path"] == "integrations.vllm_v1.kv_tier_connector"
+    assert transfer["kv_connector_module_path"] == "integrations.vllm_v1.cache.tiers.connector"
     assert KVTierConfig.from_extra_config(transfer["kv_connector_extra_config"]) == config
     with pytest.raises(ValueError, match="kv_transfer_config is set by KVTierConfig"):
         config.engine_kwargs(kv_transfer_config={})

@@ -11,10 +11,10 @@ from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
 
-from integrations.vllm_v1.offload_cache_policy import SegmentedLRUCachePolicy
+from integrations.vllm_v1.cache.offload_policy import SegmentedLRUCachePolicy
 from policies.eviction import Segment
 
-MODULE = "integrations.vllm_v1.offload_cache_policy"
+MODULE = "integrations.vllm_v1.cache.offload_policy"
 POLICIES = [LRUCachePolicy, SegmentedLRUCachePolicy]
 CHUNK_TOKENS = 32
 

@@ -18,8 +18,8 @@ from benchmarks.e2e_business_cases.workload import (
 )
 from benchmarks.gpu.validate import LLAMA3_8B_SHAPE, run_validation
 from benchmarks.replay.trace import TraceRequest
-from integrations.vllm_v1.step_log import read_step_log
-from integrations.vllm_v1.tiny_model import tiny_model_dir
+from integrations.vllm_v1.instruments.step_log import read_step_log
+from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 
 SCALE = LiveScale(phase_s=2.0)
 

@@ -8,7 +8,7 @@ from benchmarks.e2e_business_cases.__main__ import main
 from benchmarks.e2e_business_cases.plots import FIGURES
 from benchmarks.e2e_business_cases.systems import SYSTEMS, build_system
 from benchmarks.e2e_business_cases.workload import PHASES, business_workload
-from integrations.vllm_v1.harness import EngineShape
+from integrations.vllm_v1.instruments.harness import EngineShape
 
 METRIC_KEYS = {
     "gold_short_ttft_p99_s", "short_ttft_p99_s", "ttft_p99_s_by_tier", "slo_attainment_by_tier",

@@ -107,7 +107,7 @@ def test_token_bucket_throttles_a_low_priority_prefill_within_its_bound():
 
 
 def test_full_default_pipeline_accounts_for_every_request():
-    from integrations.vllm_v1.presets import default_pipeline
+    from integrations.vllm_v1.config.presets import default_pipeline
 
     harness = SchedulerHarness.build(default_pipeline(), shape=EngineShape(
         num_blocks=64, max_num_seqs=4, max_num_batched_tokens=128))

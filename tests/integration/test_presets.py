@@ -31,7 +31,7 @@ def test_a_file_pipeline_with_its_own_policy_class_pickles_for_the_engine(tmp_pa
 @pytest.mark.parametrize(("spec", "message"), [
     ("nope", "unknown pipeline 'nope'"),
     ("missing_file.py:X", "pipeline file not found"),
-    ("integrations.vllm_v1.presets:PRESETS", "is not a Pipeline"),
+    ("integrations.vllm_v1.config.presets:PRESETS", "is not a Pipeline"),
 ])
 def test_bad_specs_are_clear_errors(spec, message):
     with pytest.raises(ValueError, match=message):

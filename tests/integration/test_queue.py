@@ -6,7 +6,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from vllm.sampling_params import SamplingParams
 from vllm.v1.request import Request
 
-from integrations.vllm_v1.queue import PolicyRequestQueue
+from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
 from policies import WFQ
 
 

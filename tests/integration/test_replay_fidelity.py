@@ -8,7 +8,7 @@ import pytest
 from benchmarks.replay.calibrate import calibrate, samples_from_step_log
 from benchmarks.replay.cost_model import StepCostModel
 from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
-from integrations.vllm_v1.step_log import read_step_log, step_log_engine_kwargs
+from integrations.vllm_v1.instruments.step_log import read_step_log, step_log_engine_kwargs
 from tests.conftest import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine

@@ -18,7 +18,7 @@ import pytest
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.pipeline import CONFIG_KEY
-from integrations.vllm_v1.step_log import STEP_LOG_SCHEDULER, read_step_log
+from integrations.vllm_v1.instruments.step_log import STEP_LOG_SCHEDULER, read_step_log
 from policies import WFQ, AdmissionController
 from tests.integration.http_client import free_port, get_text, metric, post, server_model
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from integrations.vllm_v1.tiny_model import CACHE_ENV_VAR, TinyModelSpec, tiny_model_dir
+from integrations.vllm_v1.instruments.tiny_model import CACHE_ENV_VAR, TinyModelSpec, tiny_model_dir
 
 PROMPTS = ["Hello there", "The capital of France", "def fibonacci(n):", "1 2 3 4 5"]
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from integrations.vllm_v1 import Pipeline
-from integrations.vllm_v1.pd_launch import free_port
+from integrations.vllm_v1.pd.launch import free_port
 
 pytestmark = pytest.mark.engine
 

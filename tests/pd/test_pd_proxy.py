@@ -8,8 +8,8 @@ import attrs
 import pytest
 from aiohttp import web
 
-from integrations.vllm_v1.pd_launch import free_port
-from integrations.vllm_v1.pd_proxy import PDProxy, validation_error
+from integrations.vllm_v1.pd.launch import free_port
+from integrations.vllm_v1.pd.proxy import PDProxy, validation_error
 from policies.pd_router import PDRouter
 
 

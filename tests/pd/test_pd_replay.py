@@ -10,7 +10,7 @@ from benchmarks.pd_replay.__main__ import SCHEDULING, main, make_router
 from benchmarks.pd_replay.cluster import TransferModel, run_cluster
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.trace import Trace, TraceRequest
-from integrations.vllm_v1.harness import EngineShape
+from integrations.vllm_v1.instruments.harness import EngineShape
 from policies.pd_router import LeastLoadedRouter
 
 BLOCK = 128

@@ -5,10 +5,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from integrations.vllm_v1 import Pipeline, SchedulerHarness
-from integrations.vllm_v1.harness import EngineShape
-from integrations.vllm_v1.pd_presets import PD_DECODE, PD_PREFILL, STOCK
-from integrations.vllm_v1.pd_scheduler import GatedPolicyScheduler
-from integrations.vllm_v1.presets import resolve_pipeline
+from integrations.vllm_v1.instruments.harness import EngineShape
+from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL, STOCK
+from integrations.vllm_v1.scheduling.start_gate import GatedPolicyScheduler
+from integrations.vllm_v1.config.presets import resolve_pipeline
 from policies import DecodeKVGate
 
 needed_st = st.lists(st.integers(0, 400), max_size=12)
@@ -80,11 +80,11 @@ def test_a_request_bigger_than_the_bound_runs_alone():
 
 def test_role_presets_pick_their_scheduler_and_engine_limits():
     assert PD_DECODE.pipeline.engine_kwargs(async_scheduling=False)["scheduler_cls"] == (
-        "integrations.vllm_v1.pd_scheduler.GatedPolicyScheduler")
+        "integrations.vllm_v1.scheduling.start_gate.GatedPolicyScheduler")
     assert PD_DECODE.pipeline.engine_kwargs(async_scheduling=True)["scheduler_cls"] == (
-        "integrations.vllm_v1.pd_scheduler.AsyncGatedPolicyScheduler")
+        "integrations.vllm_v1.scheduling.start_gate.AsyncGatedPolicyScheduler")
     assert PD_PREFILL.pipeline.engine_kwargs(async_scheduling=False)["scheduler_cls"] == (
-        "integrations.vllm_v1.scheduler.PolicyScheduler")
+        "integrations.vllm_v1.scheduling.scheduler.PolicyScheduler")
     assert PD_PREFILL.vllm_args() == ("--max-num-batched-tokens", "16384")
     assert PD_PREFILL.shape(SHAPE).max_num_batched_tokens == 16384
     assert STOCK.vllm_args() == () and STOCK.shape(SHAPE) == SHAPE

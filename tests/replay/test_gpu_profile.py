@@ -12,7 +12,7 @@ from benchmarks.replay.calibrate import (
     samples_from_step_log,
 )
 from benchmarks.replay.cost_model import StepCostModel
-from integrations.vllm_v1.step_log import read_step_log
+from integrations.vllm_v1.instruments.step_log import read_step_log
 
 H200 = Path(__file__).parents[2] / "benchmarks" / "gpu" / "results" / "h200"
 

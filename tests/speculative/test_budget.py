@@ -64,7 +64,7 @@ def test_limit_never_exceeds_the_class_limit(default, busy_cap, waiting, kv_usag
 
 
 def test_cap_drafts_trims_per_class_without_mutating_shared_lists():
-    from integrations.vllm_v1.spec_budget import cap_drafts
+    from integrations.vllm_v1.speculative.budget import cap_drafts
 
     placeholders = [-1] * 8  # the async scheduler gives every request this same list
     requests = [SimpleNamespace(spec_token_ids=placeholders, slo_class=c)

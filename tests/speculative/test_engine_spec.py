@@ -8,7 +8,7 @@ from tests.conftest import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine
 
-PROPOSER = "integrations.vllm_v1.spec_proposer.SuffixAutomatonProposer"
+PROPOSER = "integrations.vllm_v1.speculative.proposer.SuffixAutomatonProposer"
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "1, 2, 3, 1, 2, 3, 1, 2, 3,"]
 FIRST_TOKENS = 64
 REPLAYED_TOKENS = 16

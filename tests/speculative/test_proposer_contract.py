@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from integrations.vllm_v1.spec_metrics import SpecPrometheus
-from integrations.vllm_v1.spec_proposer import SuffixAutomatonProposer
-from integrations.vllm_v1.spec_rows import BatchRows
+from integrations.vllm_v1.speculative.metrics import SpecPrometheus
+from integrations.vllm_v1.speculative.proposer import SuffixAutomatonProposer
+from integrations.vllm_v1.speculative.rows import BatchRows
 
 K, MAX_LEN = 6, 64
 LOOP = list(range(100, 110))

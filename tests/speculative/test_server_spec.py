@@ -14,7 +14,7 @@ from tests.integration.http_client import free_port, get_text, metric, post, ser
 
 pytestmark = pytest.mark.engine
 
-PROPOSER = "integrations.vllm_v1.spec_proposer.SuffixAutomatonProposer"
+PROPOSER = "integrations.vllm_v1.speculative.proposer.SuffixAutomatonProposer"
 PROMPT = "1, 2, 3, 1, 2, 3, 1, 2, 3,"
 FIRST_TOKENS = 48
 REPLAYED_TOKENS = 16

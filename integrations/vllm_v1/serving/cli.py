@@ -1,4 +1,4 @@
-"""``python -m integrations.vllm_v1.serve``: vLLM's OpenAI server with a pipeline.
+"""``python -m integrations.vllm_v1.serving``: vLLM's OpenAI server with a pipeline.
 
 With no ``--model`` it serves the embedded tiny model (dummy weights), so it
 runs offline on a laptop. Arguments after ``--`` go to vLLM unchanged.
@@ -11,8 +11,8 @@ import shutil
 import subprocess
 import sys
 
-from integrations.vllm_v1.presets import resolve_pipeline
-from integrations.vllm_v1.server import (
+from integrations.vllm_v1.config.presets import resolve_pipeline
+from integrations.vllm_v1.serving.server import (
     API_SERVER_MODULE,
     new_metrics_dir,
     server_args,
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = resolve_pipeline(args.pipeline)
     model = args.model
     if model is None:
-        from integrations.vllm_v1.tiny_model import tiny_model_dir
+        from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 
         model = str(tiny_model_dir("dummy"))
         vllm_args = [*TINY_MODEL_ARGS, *vllm_args]
@@ -58,6 +58,3 @@ def main(argv: list[str] | None = None) -> int:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

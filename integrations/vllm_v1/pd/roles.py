@@ -16,16 +16,11 @@ not policies). The defaults were chosen on the ``mooncake-conv`` cluster replay
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import attrs
 
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import CacheAwareRanker, SegmentedLRU
 from policies.pd_scheduling import DecodeKVGate
-
-if TYPE_CHECKING:
-    from integrations.vllm_v1.harness import EngineShape
 
 
 @attrs.frozen(kw_only=True)
@@ -56,18 +51,21 @@ class PDRole:
             return ()
         return ("--max-num-batched-tokens", str(self.max_num_batched_tokens))
 
-    def shape(self, base: EngineShape) -> EngineShape:
-        """``base`` with this role's engine limits, for the replay harness."""
-        if self.max_num_batched_tokens is None:
-            return base
-        return attrs.evolve(base, max_num_batched_tokens=self.max_num_batched_tokens)
+
+def pd_prefill_pipeline() -> Pipeline:
+    """Prefill-only instances' policies: cache-aware order and segmented LRU."""
+    return Pipeline(ranking=CacheAwareRanker(), eviction=SegmentedLRU())
 
 
-PD_PREFILL = PDRole(pipeline=Pipeline(ranking=CacheAwareRanker(), eviction=SegmentedLRU()),
-                    max_num_batched_tokens=16384)
+def pd_decode_pipeline() -> Pipeline:
+    """Decode-only instances' policies: start requests only while KV usage stays at most 0.5."""
+    return Pipeline(start_gate=DecodeKVGate(max_kv_usage=0.5))
+
+
+PD_PREFILL = PDRole(pipeline=pd_prefill_pipeline(), max_num_batched_tokens=16384)
 """Prefill-only instances: cache-aware order, segmented LRU, a 16k-token step budget."""
 
-PD_DECODE = PDRole(pipeline=Pipeline(start_gate=DecodeKVGate(max_kv_usage=0.5)))
+PD_DECODE = PDRole(pipeline=pd_decode_pipeline())
 """Decode-only instances: start requests only while KV usage stays at most 0.5."""
 
 STOCK = PDRole()

@@ -1,7 +1,7 @@
 """`KVTierConfig`: the settings of the tiered KV connector, and the engine kwargs that enable it.
 
 Importing this module does not import vLLM or torch, so a config can be built
-(and validated) anywhere; `integrations.vllm_v1.kv_tier_connector` reads it back
+(and validated) anywhere; `integrations.vllm_v1.cache.tiers.connector` reads it back
 from ``kv_transfer_config.kv_connector_extra_config`` inside the engine.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 CONNECTOR_CLS = "KVTierConnector"
-CONNECTOR_MODULE = "integrations.vllm_v1.kv_tier_connector"
+CONNECTOR_MODULE = "integrations.vllm_v1.cache.tiers.connector"
 RESERVED_CPU_ENV = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 
 

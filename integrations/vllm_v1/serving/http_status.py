@@ -23,7 +23,7 @@ import math
 import re
 from typing import Any
 
-from integrations.vllm_v1.http import VALIDATED_PATHS, ASGIApp, Message, Receive, Scope, Send
+from integrations.vllm_v1.serving.http_validation import VALIDATED_PATHS, ASGIApp, Message, Receive, Scope, Send
 
 REJECTION = re.compile(r"^rejected:(?P<reason>[^;]*);retry_after_s=(?P<retry>[0-9.eE+-]+)$")
 CLIENT_QUOTA_PREFIXES = ("rate_limited", "class_full", "tenant_")

@@ -17,7 +17,7 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from integrations.vllm_v1.scheduler import PolicySchedulerMixin
+from integrations.vllm_v1.scheduling.scheduler import PolicySchedulerMixin
 
 MAX_LOOKAHEAD_REQUESTS = 64
 """Waiting requests the gate looks at per step (more never start in one step anyway)."""

@@ -36,12 +36,12 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from vllm.v1.request import Request, RequestStatus
 
-from integrations.vllm_v1.eviction import cached_prefix_tokens
+from integrations.vllm_v1.cache.eviction import cached_prefix_tokens
 from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.pipeline import Pipeline
-from integrations.vllm_v1.queue import PolicyRequestQueue
-from integrations.vllm_v1.spec_budget import cap_drafts
-from integrations.vllm_v1.views import request_metadata, request_view
+from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
+from integrations.vllm_v1.speculative.budget import cap_drafts
+from integrations.vllm_v1.scheduling.views import request_metadata, request_view
 from policies import (
     AdmissionDecision,
     DeadlinePolicy,
@@ -111,13 +111,13 @@ class PolicySchedulerMixin:
         self.kv_holding_waiting = PolicyRequestQueue(self._queue_key)
         self._eviction_queue = None
         if pipeline.eviction is not None:  # prefix-cache eviction order (SegmentedLRU, ...)
-            from integrations.vllm_v1.eviction import install_eviction
+            from integrations.vllm_v1.cache.eviction import install_eviction
 
             self._eviction_queue = install_eviction(self, pipeline.eviction)
         self._metrics = PolicyMetrics.from_environment()
         self._warmer = None
         if pipeline.warming is not None:  # proactive cache warming
-            from integrations.vllm_v1.cache_warming import EngineCacheWarmer
+            from integrations.vllm_v1.cache.warming import EngineCacheWarmer
 
             self._warmer = EngineCacheWarmer(self, pipeline.warming, pipeline.warming_state_path,
                                              metrics=self._metrics)

@@ -2,8 +2,8 @@
 
 Usage, from the repository root::
 
-    python integrations/vllm_v1/tiny_model_data/make_tokenizer.py            # retrain from corpus.jsonl
-    python integrations/vllm_v1/tiny_model_data/make_tokenizer.py --mt-bench ../shared/data/outputs/mt_bench
+    python integrations/vllm_v1/instruments/tiny_model_data/make_tokenizer.py            # retrain from corpus.jsonl
+    python integrations/vllm_v1/instruments/tiny_model_data/make_tokenizer.py --mt-bench ../shared/data/outputs/mt_bench
 
 With ``--mt-bench DIR`` the corpus is first rebuilt from MT-bench's ``question.jsonl`` and
 ``model_answer/gpt-4.jsonl`` (FastChat, Apache-2.0; see ATTRIBUTION.md). The trained

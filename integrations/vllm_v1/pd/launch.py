@@ -1,7 +1,7 @@
 """Start an NP:MD disaggregated deployment on this machine: vLLM servers plus the PD router.
 
 `serve_disaggregated` (also `Pipeline.serve_disaggregated`) is the entry point:
-it applies the PD-aware role presets (`integrations.vllm_v1.pd_presets`) and
+it applies the PD-aware role presets (`integrations.vllm_v1.pd.roles`) and
 returns a ready `PDDeployment`. `PDDeployment.start` spawns ``prefill`` +
 ``decode`` vLLM OpenAI servers (each a `LocalServer` running a `Pipeline`) wired
 with a KV connector, and serves a `PDProxy` in front of them from a background
@@ -33,10 +33,10 @@ from pathlib import Path
 import attrs
 from aiohttp import web
 
-from integrations.vllm_v1.pd_presets import PD_ROLES, STOCK, PDRole
-from integrations.vllm_v1.pd_proxy import PDProxy
+from integrations.vllm_v1.pd.roles import PD_ROLES, STOCK, PDRole
+from integrations.vllm_v1.pd.proxy import PDProxy
 from integrations.vllm_v1.pipeline import Pipeline
-from integrations.vllm_v1.server import LocalServer
+from integrations.vllm_v1.serving.server import LocalServer
 from policies.pd_router import PDRouter
 
 

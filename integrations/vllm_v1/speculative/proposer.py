@@ -4,7 +4,7 @@ Enable it with::
 
     LLM(model=..., speculative_config={
         "method": "custom_class",
-        "model": "integrations.vllm_v1.spec_proposer.SuffixAutomatonProposer",
+        "model": "integrations.vllm_v1.speculative.proposer.SuffixAutomatonProposer",
         "num_speculative_tokens": 32})
 
 vLLM builds the proposer in the worker process with only the `VllmConfig`; to change the draft
@@ -31,8 +31,8 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
-from integrations.vllm_v1.spec_metrics import SpecPrometheus
-from integrations.vllm_v1.spec_rows import BatchRows
+from integrations.vllm_v1.speculative.metrics import SpecPrometheus
+from integrations.vllm_v1.speculative.rows import BatchRows
 from policies.speculative import (
     DraftConfig,
     DrafterStats,

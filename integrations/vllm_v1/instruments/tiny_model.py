@@ -18,7 +18,7 @@ Two flavours:
   decoding, KV transfer).
 
 Example:
-    >>> from integrations.vllm_v1.tiny_model import tiny_model_dir
+    >>> from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
     >>> path = tiny_model_dir("random")  # doctest: +SKIP
     >>> llm = vllm.LLM(model=str(path), dtype="float32", max_model_len=512, ...)  # doctest: +SKIP
 """

@@ -6,7 +6,7 @@ the tier is full. `SegmentedLRUCachePolicy` is such a policy: vLLM loads it by
 name from this module (``eviction_policy`` + ``cache_policy_module_path`` in
 ``kv_connector_extra_config``) and constructs it with the tier's capacity.
 
-Translation (vLLM call -> `SegmentedLRU`), as in `integrations.vllm_v1.eviction`:
+Translation (vLLM call -> `SegmentedLRU`), as in `integrations.vllm_v1.cache.eviction`:
 the order holds exactly the *idle* chunks (ready, ``ref_cnt == 0``).
 
 * ``mark_evictable`` (a store or the last load finished), or ``insert`` of an

@@ -31,7 +31,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from integrations.vllm_v1.pipeline import Pipeline
-from integrations.vllm_v1.scheduler import PolicyScheduler, PolicySchedulerMixin
+from integrations.vllm_v1.scheduling.scheduler import PolicyScheduler, PolicySchedulerMixin
 from policies import ManualClock
 
 SAMPLED_TOKEN_ID = 7
@@ -162,7 +162,7 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
         ],
     )
     if scheduler_cls is None and pipeline is not None and pipeline.start_gate is not None:
-        from integrations.vllm_v1.pd_scheduler import GatedPolicyScheduler
+        from integrations.vllm_v1.scheduling.start_gate import GatedPolicyScheduler
 
         scheduler_cls = GatedPolicyScheduler  # the class the engine would run (engine_kwargs)
     cls = scheduler_cls or (PolicyScheduler if pipeline is not None else Scheduler)

@@ -29,11 +29,11 @@ from typing import Any
 
 from vllm.v1.request import Request
 
-from integrations.vllm_v1.harness import scheduled_work
+from integrations.vllm_v1.instruments.harness import scheduled_work
 from integrations.vllm_v1.pipeline import CONFIG_KEY, Pipeline
-from integrations.vllm_v1.scheduler import PolicyScheduler
+from integrations.vllm_v1.scheduling.scheduler import PolicyScheduler
 
-STEP_LOG_SCHEDULER = "integrations.vllm_v1.step_log.StepLogScheduler"
+STEP_LOG_SCHEDULER = "integrations.vllm_v1.instruments.step_log.StepLogScheduler"
 
 
 def step_log_engine_kwargs(pipeline: Pipeline, path: str | Path, **engine_kwargs: Any

@@ -19,8 +19,8 @@ from integrations.vllm_v1.metrics import MULTIPROC_ENV
 from integrations.vllm_v1.pipeline import Pipeline
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-MIDDLEWARE = ("integrations.vllm_v1.http.SchedulingMetadataValidator",
-              "integrations.vllm_v1.http_status.RejectionStatusMiddleware")
+MIDDLEWARE = ("integrations.vllm_v1.serving.http_validation.SchedulingMetadataValidator",
+              "integrations.vllm_v1.serving.http_status.RejectionStatusMiddleware")
 
 
 def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,

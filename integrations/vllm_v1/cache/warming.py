@@ -24,7 +24,7 @@ from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher
 from vllm.v1.request import Request
 
-from integrations.vllm_v1.eviction import cached_prefix_tokens
+from integrations.vllm_v1.cache.eviction import cached_prefix_tokens
 from policies import LoadSnapshot
 from policies.cache_warming import PrefixWarmer, WarmPrefix
 

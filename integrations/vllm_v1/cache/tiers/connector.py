@@ -41,8 +41,8 @@ from vllm.v1.metrics.cache_hit_source import CacheHitSource
 from vllm.v1.request import RequestStatus
 
 from integrations.vllm_v1 import kv_tier_metrics
-from integrations.vllm_v1.kv_tier_config import KVTierConfig
-from integrations.vllm_v1.kv_tier_store import CPU, DISK, KVBlockStore, PagedKV
+from integrations.vllm_v1.cache.tiers.config import KVTierConfig
+from integrations.vllm_v1.cache.tiers.store import CPU, DISK, KVBlockStore, PagedKV
 from policies.kv_tiering import Tier, TierMove, TierPlacement, TierStats
 
 if TYPE_CHECKING:

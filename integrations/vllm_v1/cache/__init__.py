@@ -1,0 +1,1 @@
+"""KV cache: prefix-cache eviction order, cache warming, CPU/disk KV tiers and the offload cache policy."""

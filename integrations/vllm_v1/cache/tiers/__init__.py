@@ -1,0 +1,1 @@
+"""CPU and disk KV tiers behind a vLLM KV connector."""

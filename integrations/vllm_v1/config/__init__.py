@@ -1,0 +1,1 @@
+"""Naming a pipeline: presets, import paths, declarative mappings."""

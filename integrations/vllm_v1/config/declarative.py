@@ -1,0 +1,105 @@
+"""Build a `Pipeline` from a mapping of slot -> policy, as JSON, YAML or TOML give it.
+
+Each slot's value is a policy class name (``"QoSRanker"``) or a mapping with the
+class under ``class`` and its constructor arguments beside it::
+
+    {"fairness": {"class": "WFQ", "weights": {"gold": 4, "bronze": 1}},
+     "ranking": "QoSRanker",
+     "admission": {"class": "AdmissionController", "max_waiting": 512}}
+
+Class names are those `policies` exports, or ``package.module:Class`` for any
+other class. An argument that is itself such a mapping is built the same way
+(e.g. ``{"class": "random:Random", "x": 0}``). Every error names the slot, the
+class and the field.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+import policies
+from integrations.vllm_v1.pipeline import Pipeline
+
+CLASS_KEY = "class"
+PLAIN_SLOTS = frozenset({"warming_state_path"})
+"""Slots that hold a plain value rather than a policy."""
+
+
+class PipelineConfigError(ValueError):
+    """A pipeline named in configuration cannot be built; the message says where and why."""
+
+
+def slots() -> list[str]:
+    """The slots a mapping may set."""
+    return [field.name for field in attrs.fields(Pipeline)]
+
+
+def build_pipeline(mapping: Mapping[str, Any]) -> Pipeline:
+    """The pipeline ``mapping`` describes (unset slots keep their defaults).
+
+    Raises:
+        PipelineConfigError: for an unknown slot or class, a bad argument, or a
+            pipeline the slots do not make up (e.g. quotas without fairness).
+    """
+    known = slots()
+    unknown = sorted(set(mapping) - set(known))
+    if unknown:
+        raise PipelineConfigError(f"unknown pipeline slot {unknown[0]!r}: slots are {known}")
+    values = {slot: value if slot in PLAIN_SLOTS else _build(value, f"Pipeline.{slot}")
+              for slot, value in mapping.items()}
+    try:
+        return Pipeline(**values)
+    except (TypeError, ValueError) as error:
+        raise PipelineConfigError(str(error)) from error
+
+
+def _build(spec: Any, where: str) -> Any:
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        return _instantiate(spec, {}, where)
+    if isinstance(spec, Mapping) and CLASS_KEY in spec:
+        arguments = {name: _argument(value, f"{where}.{name}")
+                     for name, value in spec.items() if name != CLASS_KEY}
+        return _instantiate(spec[CLASS_KEY], arguments, where)
+    raise PipelineConfigError(f"{where}: expected a class name or a mapping with "
+                              f"{CLASS_KEY!r}, got {spec!r}")
+
+
+def _argument(value: Any, where: str) -> Any:
+    if isinstance(value, Mapping) and CLASS_KEY in value:
+        return _build(value, where)
+    if isinstance(value, list):
+        return [_argument(item, f"{where}[{i}]") for i, item in enumerate(value)]
+    return value
+
+
+def _instantiate(name: object, arguments: dict[str, Any], where: str) -> Any:
+    cls = _resolve_class(name, where)
+    try:
+        return cls(**arguments)
+    except (TypeError, ValueError) as error:
+        raise PipelineConfigError(f"{where} ({cls.__name__}): {error}") from error
+
+
+def _resolve_class(name: object, where: str) -> type:
+    if not isinstance(name, str) or not name:
+        raise PipelineConfigError(f"{where}: {CLASS_KEY} must be a class name, got {name!r}")
+    if ":" not in name:
+        if name not in policies.__all__ or not isinstance(getattr(policies, name), type):
+            raise PipelineConfigError(
+                f"{where}: unknown policy class {name!r} (a class `policies` exports, or "
+                "'package.module:Class')")
+        return getattr(policies, name)
+    module_name, attr = name.split(":", 1)
+    try:
+        value = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as error:
+        raise PipelineConfigError(f"{where}: cannot import {name!r} ({error})") from error
+    if not isinstance(value, type):
+        raise PipelineConfigError(f"{where}: {name!r} is not a class")
+    return value

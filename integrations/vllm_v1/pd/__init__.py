@@ -1,0 +1,1 @@
+"""Prefill/decode disaggregation: role pipelines, the development router and its launcher."""

@@ -1,0 +1,1 @@
+"""Serving: vLLM's OpenAI server with a pipeline, HTTP validation and status mapping, the CLI."""

@@ -1,0 +1,1 @@
+"""Speculative decoding: the suffix-automaton proposer and the per-class draft budget."""
