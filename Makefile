@@ -35,7 +35,7 @@ replay-demo: $(STAMP)
 test: lint pytest notebooks docs-build
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check policies integrations benchmarks examples tests
+	$(VENV)/bin/ruff check policies integrations benchmarks examples tests notebooks
 
 pytest: $(STAMP)
 	$(PY) -m pytest -q

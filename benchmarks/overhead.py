@@ -23,8 +23,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from benchmarks.replay.workloads import TENANT_WEIGHTS
+from integrations.vllm_v1.config.presets import preset
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
-from integrations.vllm_v1.config.presets import PRESETS
 
 PROMPT_TOKENS = 64
 
@@ -37,7 +38,7 @@ def _percentile(values: list[float], q: float) -> float:
 def _loaded_harness(pipeline_name: str | None, running: int, waiting: int) -> SchedulerHarness:
     shape = EngineShape(num_blocks=running * 64 + 64, max_num_seqs=running,
                         max_num_batched_tokens=8192, max_model_len=32768)
-    harness = SchedulerHarness.build(PRESETS[pipeline_name] if pipeline_name else None,
+    harness = SchedulerHarness.build(preset(pipeline_name, TENANT_WEIGHTS) if pipeline_name else None,
                                      shape=shape)
     for i in range(running):
         prompt = [i * 7 + j for j in range(PROMPT_TOKENS)]

@@ -5,7 +5,8 @@ Run: ``python examples/offline_priorities.py`` (CPU, embedded tiny model, no hub
 
 import os
 
-from integrations.vllm_v1 import Pipeline, tiny_model_dir
+from integrations.vllm_v1 import Pipeline, build_llm
+from integrations.vllm_v1.instruments import tiny_model_dir
 from policies import QoSRanker, QueueDepthLimit
 
 
@@ -14,7 +15,7 @@ def main() -> None:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     pipeline = Pipeline(ranking=QoSRanker(), admission=QueueDepthLimit(max_waiting=64))
-    llm = pipeline.llm(model=str(tiny_model_dir("random")), dtype="float32", max_model_len=512,
+    llm = build_llm(pipeline, model=str(tiny_model_dir("random")), dtype="float32", max_model_len=512,
                        enforce_eager=True, kv_cache_memory_bytes=64 << 20, block_size=32,
                        max_num_seqs=1)
     prompts = ["Summarise this report: " + "lorem ipsum " * 60, "Hi!", "What is 2+2?"]

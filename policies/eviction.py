@@ -101,6 +101,15 @@ class RetentionHints(Protocol):
         ...
 
 
+@runtime_checkable
+class ReportsEvictionStats(Protocol):
+    """An `EvictionOrder` that reports its segments and counters (`LRU`, `SegmentedLRU`)."""
+
+    def stats(self) -> EvictionStats:
+        """A snapshot of the order's state."""
+        ...
+
+
 @attrs.frozen(kw_only=True)
 class EvictionStats:
     """A snapshot of an eviction order's segments and counters since construction."""

@@ -52,6 +52,19 @@ class TokenCapPolicy(Protocol):
 
 
 @runtime_checkable
+class KVBlockQuota(Protocol):
+    """An admission gate on KV usage that also bounds each request's KV blocks (`KVWatermarks`)."""
+
+    def level(self, kv_usage: float) -> int:
+        """The usage band ``kv_usage`` falls in (0 green, 1 yellow, 2 red)."""
+        ...
+
+    def block_quota(self, request: RequestView, kv_usage: float) -> int:
+        """KV blocks ``request`` may hold at ``kv_usage``."""
+        ...
+
+
+@runtime_checkable
 class LifecycleObserver(Protocol):
     """Told about each admitted request's life; any policy that keeps per-request state implements it."""
 

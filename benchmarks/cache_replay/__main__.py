@@ -22,7 +22,7 @@ import attrs
 
 from benchmarks.cache_replay.restart import replay_restart
 from benchmarks.cache_replay.simulate import ReplayResult, replay_opt, replay_order
-from benchmarks.replay.datasets import load_trace
+from benchmarks.replay.workloads import load_workload
 from policies.eviction import LRU, SegmentedLRU
 
 ORDERS: dict[str, Callable[[], object]] = {"lru": LRU, "slru": SegmentedLRU}
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     for policy in policies:
         if policy not in POLICIES:
             raise SystemExit(f"unknown policy {policy!r}: use {', '.join(POLICIES)}")
-    trace = load_trace(args.trace, format=args.format, max_requests=args.max_requests)
+    trace = load_workload(args.trace, format=args.format, max_requests=args.max_requests)
     chains = [request.block_hashes for request in trace.requests]
     if not any(chains):
         raise SystemExit(f"trace {trace.name} has no block_hashes")

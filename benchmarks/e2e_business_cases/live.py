@@ -7,7 +7,7 @@ length (the tenant's system prompt stays a shared, versioned prefix) for the
 embedded tiny model. Each system gets its own OpenAI server in turn:
 
 - ``fcfs``, ``priority``: stock vLLM (``--scheduling-policy``), no pipeline;
-- ``pipeline``, ``pipeline+fixes``: `systems.PIPELINES` via `Pipeline.serve`.
+- ``pipeline``, ``pipeline+fixes``: `systems.PIPELINES` via `integrations.vllm_v1.serve`.
 
 `live_client.play` streams every request at its arrival time and records it
 client-side; `phase_metrics.run_phases` summarises each phase as in the replay
@@ -45,9 +45,9 @@ from benchmarks.e2e_business_cases.workload import (
 )
 from benchmarks.replay.metrics import DEFAULT_SLOS
 from benchmarks.replay.records import SystemRun
-from integrations.vllm_v1.serving.server import API_SERVER_MODULE, LocalServer, offline_env
 from integrations.vllm_v1.instruments.step_log import step_log_server_args
 from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
+from integrations.vllm_v1.serving.server import API_SERVER_MODULE, LocalServer, offline_env, serve
 
 LIVE_SYSTEMS = ("fcfs", "pipeline+fixes")
 """The systems a live run compares by default (one server each, one after the other)."""
@@ -155,8 +155,8 @@ def start_server(system: str, scale: LiveScale, *, model: str, log_path: Path,
     if system in PIPELINES:
         pipeline = PIPELINES[system]()
         extra = () if step_log is None else step_log_server_args(pipeline, step_log)
-        return pipeline.serve(model, port=port, vllm_args=(*scale.vllm_args(), *extra),
-                              log_path=str(log_path))
+        return serve(pipeline, model, port=port, vllm_args=(*scale.vllm_args(), *extra),
+                     log_path=str(log_path))
     if system not in SYSTEMS:
         raise ValueError(f"unknown system {system!r}: use one of {', '.join(SYSTEMS)}")
     argv = [sys.executable, "-m", API_SERVER_MODULE, "--model", model, "--host", "127.0.0.1",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -33,9 +32,9 @@ import attrs
 
 from benchmarks.replay.records import EngineSample, RequestRecord
 from benchmarks.replay.trace import TraceRequest
+from integrations.vllm_v1.rejection import Rejection
 
 REJECTED_STATUSES = (429, 503)
-_REASON = re.compile(r"rejected by the scheduler: (?P<reason>[^;]+);")
 _GAUGES = {"vllm:num_requests_waiting": "waiting", "vllm:num_requests_running": "running",
            "vllm:kv_cache_usage_perc": "kv_usage"}
 
@@ -72,8 +71,10 @@ def request_body(live: LiveRequest, model: str, *, with_priority: bool) -> dict:
 
 
 def _rejection_reason(status: int, text: str, retry_after: str | None) -> str:
-    match = _REASON.search(text)
-    reason = match["reason"] if match else f"http_{status}"
+    rejection = Rejection.from_message(text, float(retry_after or 0))
+    if rejection is not None and retry_after:
+        return rejection.stop_reason
+    reason = rejection.reason if rejection else f"http_{status}"
     return f"rejected:{reason}" + (f";retry_after_s={retry_after}" if retry_after else "")
 
 

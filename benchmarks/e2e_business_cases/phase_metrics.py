@@ -16,7 +16,7 @@ from benchmarks.e2e_business_cases.workload import BusinessWorkload, is_short
 from benchmarks.replay.fair_share import fair_share_jain
 from benchmarks.replay.metrics import SLO, latency_summary
 from benchmarks.replay.records import EngineSample, RequestRecord, SystemRun
-from integrations.vllm_v1.serving.http_status import REJECTION
+from integrations.vllm_v1.rejection import Rejection
 
 TIERS = ("gold", "silver", "bronze")
 
@@ -32,8 +32,10 @@ def admission_counts(records: Sequence[RequestRecord], offered: int) -> dict:
     """
     rejected = [r for r in records if r.outcome == "rejected"]
     admitted = sum(r.outcome in ("completed", "cancelled") for r in records)
-    with_retry = sum(REJECTION.match(r.reason) is not None for r in rejected)
-    reasons = Counter(r.reason.split(";")[0].removeprefix("rejected:") for r in rejected)
+    parsed = [Rejection.parse(r.reason) for r in rejected]
+    with_retry = sum(rejection is not None for rejection in parsed)
+    reasons = Counter(rejection.reason if rejection else r.reason.removeprefix("rejected:")
+                      for r, rejection in zip(rejected, parsed, strict=True))
     return {
         "offered": offered,
         "admitted": admitted,

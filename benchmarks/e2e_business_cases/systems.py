@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping
 import attrs
 
 from benchmarks.replay.driver import build_harness
+from benchmarks.replay.workloads import TENANT_WEIGHTS
+from integrations.vllm_v1.config.presets import default_pipeline
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
 from integrations.vllm_v1.pipeline import Pipeline
-from integrations.vllm_v1.config.presets import TENANT_WEIGHTS, default_pipeline
 from policies import PRIORITY_MAX, EDFRanker, TenantPrefillBudget, TokenCaps
 from policies.prefill_guard import InteractivePrefillGuard
 
@@ -25,11 +26,11 @@ from policies.prefill_guard import InteractivePrefillGuard
 def business_pipeline() -> Pipeline:
     """The pipeline without fixes: the ``default`` preset (`default_pipeline`).
 
-    Tenant WFQ with the tier weights (Gold 4, Silver 2, Bronze 1; the preset
-    already weighs the enterprise tenants so), QoS ranking, MLFQ levels, a
-    prefill token bucket, queue-depth admission and KV watermarks.
+    Tenant WFQ with the tier weights (Gold 4, Silver 2, Bronze 1: `TENANT_WEIGHTS`),
+    QoS ranking, MLFQ levels, a prefill token bucket, queue-depth admission and KV
+    watermarks.
     """
-    return default_pipeline()
+    return default_pipeline(TENANT_WEIGHTS)
 
 
 def fixes_pipeline() -> Pipeline:

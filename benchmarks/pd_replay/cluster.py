@@ -26,10 +26,9 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
-from vllm.v1.request import Request
 
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.driver import prompt_token_ids, work_batch
@@ -71,7 +70,9 @@ class TransferModel:
 
 def role_harness(role: PDRole, shape: EngineShape) -> SchedulerHarness:
     """A harness over the scheduler a live engine of ``role`` would run (stock: vLLM's own)."""
-    return SchedulerHarness.build(role.pipeline, shape=role.shape(shape))
+    if role.max_num_batched_tokens is not None:
+        shape = attrs.evolve(shape, max_num_batched_tokens=role.max_num_batched_tokens)
+    return SchedulerHarness.build(role.pipeline, shape=shape)
 
 
 @attrs.define(eq=False)
@@ -101,8 +102,7 @@ class _Instance:
         as decodes and their prompts as KV, as transfers on the way do.
         """
         scheduler = self.harness.scheduler
-        pool = scheduler.kv_cache_manager.block_pool
-        capacity_tokens = pool.num_gpu_blocks * scheduler.block_size
+        capacity_tokens = self.harness.kv_capacity_tokens
         queued = sum(max(0, r.num_prompt_tokens - max(r.num_computed_tokens,
                                                          self.free_tokens.get(r.request_id, 0)))
                      for r in scheduler.requests.values())
@@ -116,11 +116,7 @@ class _Instance:
 
     def cached_blocks(self, block_hashes: Sequence[object]) -> int:
         """Leading blocks of ``block_hashes`` in this instance's prefix cache."""
-        pool = self.harness.scheduler.kv_cache_manager.block_pool
-        for count, block_hash in enumerate(block_hashes):
-            if pool.get_cached_block(block_hash, [0]) is None:
-                return count
-        return len(block_hashes)
+        return self.harness.cached_blocks(block_hashes)
 
     def priced_tokens(self, num_scheduled_tokens: dict[str, int]) -> dict[str, int]:
         """Scheduled tokens minus those that arrived by transfer (requests left with 0 dropped)."""
@@ -176,7 +172,7 @@ class _Cluster:
     def instances(self) -> dict[str, _Instance]:
         return {**self.prefill, **self.decode}
 
-    def submit(self, instance: _Instance, now: float, req_id: str, max_tokens: int) -> Request:
+    def submit(self, instance: _Instance, now: float, req_id: str, max_tokens: int) -> Any:
         record = self.records[req_id]
         request = instance.harness.add_request(req_id, self._tokens[req_id], max_tokens,
                                                arrival_s=record.arrival_s)

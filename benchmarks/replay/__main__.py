@@ -22,12 +22,12 @@ from tqdm import tqdm
 from benchmarks.replay.calibrate import load_cost_model
 from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
+from benchmarks.replay.datasets import assign_servegen_tenants
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.plots import plot_engine, plot_tenant_service, plot_ttft
 from benchmarks.replay.trace import Trace
-from integrations.vllm_v1.config.presets import TENANT_WEIGHTS
+from benchmarks.replay.workloads import TENANT_WEIGHTS, load_workload
 
 TENANT_PRIORITIES = {"t0": -1, "t1": -1, "t2": 0, "t3": 0, "t4": 0, "t5": 1, "t6": 1}
 """``--tenants servegen``: the two busiest tenants are Gold (-1), three Silver (0), two Bronze (1)."""
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
-    trace = load_trace(args.trace, format=args.format, max_requests=args.max_requests)
+    trace = load_workload(args.trace, format=args.format, max_requests=args.max_requests)
     if args.tenants == "servegen":
         trace = with_tenant_priorities(assign_servegen_tenants(trace, seed=args.seed))
     trace = trace.scaled(args.rate_scale)

@@ -227,8 +227,8 @@ def load_trace(
     """Load a built-in trace by name, or a trace file in any supported format.
 
     Args:
-        name_or_path: a key of `BUILTIN_TRACES`, ``enterprise`` (the synthetic
-            7-tenant workload of `benchmarks.replay.enterprise`) or a file path.
+        name_or_path: a key of `BUILTIN_TRACES` or a file path (the synthetic
+            ``enterprise`` workload: `benchmarks.replay.workloads.load_workload`).
         format: "auto" (sniff with `sniff_format`), "jsonl" (canonical),
             "azure" or "mooncake". A built-in name accepts "auto" or its own format.
         max_requests: keep only the first this many requests by arrival.
@@ -244,11 +244,6 @@ def load_trace(
         isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 0
     ):
         raise ValueError(f"max_requests must be a non-negative integer, got {max_requests!r}")
-    if name_or_path == "enterprise":
-        from benchmarks.replay.enterprise import enterprise_trace
-
-        trace = enterprise_trace()
-        return trace if max_requests is None else trace.head(max_requests)
     if name_or_path in BUILTIN_TRACES:
         relative, own_format = BUILTIN_TRACES[name_or_path]
         if format not in ("auto", own_format):
@@ -262,7 +257,7 @@ def load_trace(
     else:
         raise ValueError(
             f"unknown trace {os.fspath(name_or_path)!r}: not a file and not a built-in name "
-            f"({', '.join([*BUILTIN_TRACES, 'enterprise'])})"
+            f"({', '.join(BUILTIN_TRACES)})"
         )
     if format == "jsonl":
         trace = load_jsonl(path)

@@ -16,18 +16,18 @@ import time
 from collections.abc import Callable
 
 import attrs
-from vllm.v1.request import RequestStatus
 
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
 from benchmarks.replay.records import EngineSample, RequestRecord, SystemRun
 from benchmarks.replay.trace import Trace, TraceRequest
+from benchmarks.replay.workloads import TENANT_WEIGHTS
+from integrations.vllm_v1.config.spec import resolve_pipeline
 from integrations.vllm_v1.instruments.harness import (
     EngineShape,
     ScheduledWork,
     SchedulerHarness,
     scheduled_work,
 )
-from integrations.vllm_v1.config.presets import resolve_pipeline
 
 STOCK_SYSTEMS = ("fcfs", "priority")
 _TOKEN_SPACE = 1 << 30
@@ -38,8 +38,9 @@ def build_harness(system: str, shape: EngineShape) -> SchedulerHarness:
     if system in STOCK_SYSTEMS:
         return SchedulerHarness.build(None, shape=shape, stock_policy=system)
     if system.startswith("pipeline:"):
-        return SchedulerHarness.build(resolve_pipeline(system.removeprefix("pipeline:")),
-                                      shape=shape)
+        pipeline = resolve_pipeline(system.removeprefix("pipeline:"),
+                                    tenant_weights=TENANT_WEIGHTS)
+        return SchedulerHarness.build(pipeline, shape=shape)
     raise ValueError(f"unknown system {system!r}: use fcfs, priority or pipeline:NAME")
 
 
@@ -105,7 +106,7 @@ class _Replay:
             _, req_id = heapq.heappop(self._cancels)
             record = self.records[req_id]
             if record.outcome is None:
-                self.harness.scheduler.finish_requests(req_id, RequestStatus.FINISHED_ABORTED)
+                self.harness.abort(req_id)
                 record.finish("cancelled", now)
 
     def step(self) -> None:

@@ -17,6 +17,7 @@ import random
 
 import attrs
 
+from benchmarks.replay.datasets import load_trace
 from benchmarks.replay.trace import Trace, TraceRequest
 
 BLOCK_SIZE = 16
@@ -60,8 +61,6 @@ CODE_CANCEL_SHARE = 0.3
 
 @functools.cache
 def _lengths(name: str) -> tuple[tuple[int, int], ...]:
-    from benchmarks.replay.datasets import load_trace
-
     return tuple((r.prompt_tokens, r.output_tokens) for r in load_trace(name).requests)
 
 

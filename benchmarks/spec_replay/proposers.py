@@ -76,11 +76,9 @@ class NgramProposer:
     _match: object = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        from vllm.v1.spec_decode.ngram_proposer import (
-            _find_longest_matched_ngram_and_propose_tokens,
-        )
+        from integrations.vllm_v1.instruments.ngram import vllm_ngram_kernel
 
-        self._match = _find_longest_matched_ngram_and_propose_tokens
+        self._match = vllm_ngram_kernel()
 
     def start(self, request_id: str, prompt: np.ndarray) -> None:
         pass

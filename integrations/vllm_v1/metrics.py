@@ -34,23 +34,16 @@ counters as events happen.
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
-from policies import AdmissionPolicy, EvictionStats, FairnessPolicy, KVWatermarks
+from policies import EvictionStats, FairnessPolicy, KVBlockQuota
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MAX_TENANT_LABELS = 64
-_REASON_END = re.compile(r"[:\s]")
-
-
-def reason_label(reason: str) -> str:
-    """``queue_full`` for ``queue_full``; ``invalid_metadata`` for ``invalid_metadata: ...``."""
-    return _REASON_END.split(reason, maxsplit=1)[0] or "unknown"
 
 
 class PolicyMetrics:
@@ -122,7 +115,8 @@ class PolicyMetrics:
         return "other"
 
     def rejected(self, reason: str) -> None:
-        self._rejections.labels(reason=reason_label(reason)).inc()
+        """A request was rejected; ``reason`` is a `Rejection` reason label."""
+        self._rejections.labels(reason=reason).inc()
 
     def throttled(self, tenant: str, tokens: int) -> None:
         self._throttled.labels(tenant=self.tenant_label(tenant)).inc(tokens)
@@ -141,7 +135,8 @@ class PolicyMetrics:
         self._prompt_tokens.labels(tenant=label).inc(prompt_tokens)
         self._hit_tokens.labels(tenant=label).inc(min(hit_tokens, prompt_tokens))
 
-    def _eviction(self, stats: EvictionStats) -> None:
+    def eviction(self, stats: EvictionStats) -> None:
+        """Set the eviction gauges and advance its counters to the order's totals."""
         self._evictable.labels(segment="uncached").set(stats.uncached_blocks)
         self._evictable.labels(segment="orphan").set(stats.orphan_blocks)
         self._evictable.labels(segment="probation").set(stats.probation_blocks)
@@ -166,10 +161,9 @@ class PolicyMetrics:
         return True
 
     def refresh(self, *, waiting: Iterable[tuple[str, int]], running: Iterable[str],
-                fairness: FairnessPolicy | None, watermarks: AdmissionPolicy | None,
-                kv_usage: float, eviction: EvictionStats | None = None) -> None:
-        """Set the gauges: ``waiting`` as ``(tenant, level)`` pairs, ``running`` as tenants;
-        ``eviction``: the eviction order's stats, if any."""
+                fairness: FairnessPolicy | None, watermarks: KVBlockQuota | None,
+                kv_usage: float) -> None:
+        """Set the gauges: ``waiting`` as ``(tenant, level)`` pairs, ``running`` as tenants."""
         waiting = list(waiting)
         running = list(running)
         self._show(self._waiting,
@@ -183,10 +177,8 @@ class PolicyMetrics:
                 label = (self.tenant_label(tenant),)
                 lags[label] = max(lags[label], counter - floor)
             self._show(self._lag, lags)
-        if isinstance(watermarks, KVWatermarks):
+        if watermarks is not None:
             self._watermark.set(int(watermarks.level(kv_usage)))
-        if eviction is not None:
-            self._eviction(eviction)
 
     def _show(self, gauge: Gauge, values: Counter[tuple[str, ...]]) -> None:
         for labels in self._shown.get(gauge, set()) - values.keys():

@@ -1,8 +1,9 @@
 """`Rejection`: why the engine refused a request, as one typed value end to end.
 
 The scheduler finishes a refused request with ``finish_reason="abort"`` and a
-``stop_reason`` that `Rejection.stop_reason` encodes; the HTTP layer and the
-benchmark clients decode it with `Rejection.parse`. This module is the only place
+``stop_reason`` that `Rejection.stop_reason` encodes; the HTTP layer decodes it
+with `Rejection.parse` and answers with `Rejection.message`, which HTTP clients
+decode with `Rejection.from_message`. This module is the only place
 that knows the encoding, and `Rejection.http_status` the only place that maps a
 reason to a status: 400 for a request that can never succeed, 429 for the
 client's own quota, 503 for server overload.
@@ -17,13 +18,14 @@ import attrs
 
 from policies import AdmissionDecision
 
+_MESSAGE = re.compile(r"request rejected by the scheduler: (?P<reason>[a-z_]+)(?:: (?P<detail>[^;]*))?")
 _ENCODED = re.compile(
     r"^rejected:(?P<reason>[a-z_]+)(?::(?P<detail>[^;]*))?;retry_after_s=(?P<retry>[0-9.eE+-]+)$")
 
 CLIENT_ERRORS = frozenset({"invalid_metadata", "prompt_too_long"})
 """Reasons that retrying cannot fix: HTTP 400."""
-CLIENT_QUOTAS = frozenset({"class_full", "tenant_quota", "rate_limited"})
-"""Reasons that are the client's own quota (``class_full``: its SLO class's queue): HTTP 429."""
+CLIENT_QUOTAS = frozenset({"class_full"})
+"""Reasons that are the client's own quota (``class_full``: its SLO class's queue is full): HTTP 429."""
 
 
 @attrs.frozen(kw_only=True)
@@ -50,6 +52,15 @@ class Rejection:
             return None
         return cls(reason=match["reason"], detail=match["detail"] or "",
                    retry_after_s=float(match["retry"]))
+
+    @classmethod
+    def from_message(cls, text: str, retry_after_s: float = 0.0) -> Rejection | None:
+        """The rejection an HTTP error body's `message` describes (see `message`), if any."""
+        match = _MESSAGE.search(text)
+        if match is None:
+            return None
+        return cls(reason=match["reason"], detail=match["detail"] or "",
+                   retry_after_s=retry_after_s)
 
     @property
     def stop_reason(self) -> str:

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import FCFSOrder, QoSRanker, RankingPolicy, RequestView
 from policies.cache_aware import CacheAwareRanker, LoadAwareRanking
 from policies.deadline import EDFRanker

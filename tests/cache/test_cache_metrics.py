@@ -2,7 +2,8 @@
 
 from prometheus_client import CollectorRegistry
 
-from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.metrics import PolicyMetrics
 from policies import SegmentedLRU
 from policies.prompt_versions import PromptVersions

@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1 import Pipeline, build_llm
 from policies import SegmentedLRU
 from tests.conftest import ENGINE_KWARGS
 
@@ -61,7 +61,7 @@ def outputs(random_model_dir):
     results = {}
     kwargs = {**TIGHT_KV, "model": random_model_dir, "enable_prefix_caching": True}
     for name, make in [("stock", lambda: LLM(**kwargs)),
-                       ("slru", lambda: Pipeline(eviction=SegmentedLRU()).llm(**kwargs))]:
+                       ("slru", lambda: build_llm(Pipeline(eviction=SegmentedLRU()), **kwargs))]:
         llm = make()
         results[name] = greedy_twice(llm)
         del llm

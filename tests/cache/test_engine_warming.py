@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1 import Pipeline, build_llm
 from policies.cache_warming import PrefixWarmer
 from tests.conftest import ENGINE_KWARGS
 
@@ -38,14 +38,14 @@ def runs(random_model_dir, tmp_path_factory):
     pipeline = Pipeline(warming=PrefixWarmer(min_requests=2, max_kv_usage=1.0),
                         warming_state_path=str(state))
     kwargs = {**ENGINE_KWARGS, "model": random_model_dir, "enable_prefix_caching": True}
-    llm = pipeline.llm(**kwargs)
+    llm = build_llm(pipeline, **kwargs)
     cold = first_request(llm, 0)
     for n in (1, 2):
         first_request(llm, n)
     del llm
     gc.collect()
     saved = json.loads(state.read_text())
-    llm = pipeline.llm(**kwargs)
+    llm = build_llm(pipeline, **kwargs)
     time.sleep(3)  # the engine warms on its own, before any request
     warm = first_request(llm, 3)
     del llm

@@ -4,8 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.cache.eviction import PolicyFreeBlockQueue
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import LRU, SegmentedLRU
 from tests.integration.workloads import workloads
 

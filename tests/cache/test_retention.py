@@ -5,7 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from vllm.v1.request import RequestStatus
 
-from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import LRU, Segment, SegmentedLRU
 from policies.eviction import RetentionHints
 from policies.prompt_versions import PromptVersions

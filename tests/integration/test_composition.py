@@ -3,7 +3,8 @@
 import pytest
 from vllm.v1.request import RequestStatus
 
-from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import MLFQ, WFQ, EDFRanker, KVWatermarks, QoSRanker, TenantQuota, TokenBucket
 
 

@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1 import Pipeline, build_llm
 from policies import QoSRanker
 from tests.conftest import ENGINE_KWARGS
 
@@ -60,8 +60,8 @@ def engines(random_model_dir):
     results = {}
     kwargs = {**ENGINE_KWARGS, "model": random_model_dir, "max_num_seqs": 1}
     for name, make in [("stock", lambda: LLM(**kwargs)),
-                       ("identity", lambda: Pipeline().llm(**kwargs)),
-                       ("qos", lambda: Pipeline(ranking=QoSRanker()).llm(**kwargs))]:
+                       ("identity", lambda: build_llm(Pipeline(), **kwargs)),
+                       ("qos", lambda: build_llm(Pipeline(ranking=QoSRanker()), **kwargs))]:
         llm = make()
         results[name] = {"greedy": greedy(llm), "order": finish_order(llm, CONTENTION),
                          "scheduler": llm.llm_engine.vllm_config.scheduler_config.scheduler_cls}

@@ -3,7 +3,8 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from tests.integration.workloads import workloads
 
 requests = workloads(max_output_tokens=80, max_requests=16)

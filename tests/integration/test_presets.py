@@ -4,12 +4,20 @@ import pickle
 
 import pytest
 
-from integrations.vllm_v1 import PRESETS, Pipeline, resolve_pipeline
+from integrations.vllm_v1 import PRESETS, Pipeline, preset, resolve_pipeline
+from integrations.vllm_v1.config.spec import pipeline_from_additional_config, to_additional_config
 
 
 def test_presets_resolve_by_name():
     assert resolve_pipeline("identity") == Pipeline()
-    assert resolve_pipeline("default") is PRESETS["default"]
+    assert resolve_pipeline("default", tenant_weights={"gold": 4}).fairness.weight("gold") == 4
+
+
+def test_presets_are_factories_of_fresh_state():
+    for name in PRESETS:
+        first, second = preset(name), preset(name)
+        assert first == second, name
+        assert all(a is not b for a, b in zip(first.policies, second.policies, strict=True)), name
 
 
 def test_a_file_pipeline_with_its_own_policy_class_pickles_for_the_engine(tmp_path):
@@ -25,7 +33,7 @@ def test_a_file_pipeline_with_its_own_policy_class_pickles_for_the_engine(tmp_pa
         "PIPE = Pipeline(ranking=ShortestFirst())\n")
     pipeline = resolve_pipeline(f"{tmp_path / 'my_policies_file.py'}:PIPE")
     assert pickle.loads(pickle.dumps(pipeline)) == pipeline
-    assert Pipeline.from_additional_config(pipeline.to_additional_config()) == pipeline
+    assert pipeline_from_additional_config(to_additional_config(pipeline)) == pipeline
 
 
 @pytest.mark.parametrize(("spec", "message"), [
@@ -45,5 +53,5 @@ def test_pipeline_slots_are_type_checked():
 
 def test_the_example_pipeline_resolves_and_travels_to_the_engine():
     pipeline = resolve_pipeline("examples/my_pipeline.py:PIPELINE")
-    restored = Pipeline.from_additional_config(pipeline.to_additional_config())
+    restored = pipeline_from_additional_config(to_additional_config(pipeline))
     assert restored.admission.max_waiting == 512

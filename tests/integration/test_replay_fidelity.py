@@ -7,7 +7,8 @@ import pytest
 
 from benchmarks.replay.calibrate import calibrate, samples_from_step_log
 from benchmarks.replay.cost_model import StepCostModel
-from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.instruments.step_log import read_step_log, step_log_engine_kwargs
 from tests.conftest import ENGINE_KWARGS
 

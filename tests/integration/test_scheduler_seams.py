@@ -3,7 +3,8 @@
 import attrs
 from vllm.v1.engine import FinishReason
 
-from integrations.vllm_v1 import EngineShape, Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.scheduling.scheduler import rejection_stop_reason
 from policies import AdmissionDecision, QoSRanker, QueueDepthLimit
 

@@ -6,7 +6,7 @@ import urllib.request
 
 import pytest
 
-from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1 import Pipeline, serve
 from policies import QoSRanker
 from tests.integration.http_client import free_port, post, server_model
 from tests.integration.policies_for_tests import EchoProbeAdmission
@@ -20,8 +20,8 @@ def server(random_model_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     args = ("--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
             "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20))
-    with pipeline.serve(random_model_dir, port=free_port(), vllm_args=args,
-                        log_path=str(log)) as handle:
+    with serve(pipeline, random_model_dir, port=free_port(), vllm_args=args,
+               log_path=str(log)) as handle:
         handle.wait_until_healthy(timeout_s=400)
         yield handle
 

@@ -8,7 +8,6 @@ client-side timing, which the API process can batch) says in which order request
 first scheduled.
 """
 
-import json
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from integrations.vllm_v1 import Pipeline
-from integrations.vllm_v1.pipeline import CONFIG_KEY
-from integrations.vllm_v1.instruments.step_log import STEP_LOG_SCHEDULER, read_step_log
+from integrations.vllm_v1 import Pipeline, serve
+from integrations.vllm_v1.instruments.hold import HOLD_HOOK
+from integrations.vllm_v1.instruments.step_log import read_step_log, step_log_server_args
 from policies import WFQ, AdmissionController
 from tests.integration.http_client import free_port, get_text, metric, post, server_model
 
@@ -34,15 +33,13 @@ def server(random_model_dir, tmp_path_factory):
                         admission=AdmissionController(rng=random.Random(0),
                                                       max_waiting=MAX_WAITING))
     folder = tmp_path_factory.mktemp("server")
-    config = pipeline.engine_kwargs(async_scheduling=False)["additional_config"]
-    config[CONFIG_KEY]["step_log"] = str(folder / "steps.jsonl")
-    config[CONFIG_KEY]["hold_path"] = str(folder / "hold")
+    logged = step_log_server_args(pipeline, folder / "steps.jsonl", hooks=(HOLD_HOOK,),
+                                  entry={"hold_path": str(folder / "hold")})
     args = ("--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
             "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20),
-            "--max-num-seqs", "1", "--no-async-scheduling",
-            "--scheduler-cls", STEP_LOG_SCHEDULER, "--additional-config", json.dumps(config))
-    with pipeline.serve(random_model_dir, port=free_port(), vllm_args=args,
-                        log_path=str(folder / "server.log")) as handle:
+            "--max-num-seqs", "1", *logged)
+    with serve(pipeline, random_model_dir, port=free_port(), vllm_args=args,
+               log_path=str(folder / "server.log")) as handle:
         handle.wait_until_healthy(timeout_s=400)
         yield SimpleNamespace(url=handle.url, step_log=folder / "steps.jsonl",
                               hold=folder / "hold")

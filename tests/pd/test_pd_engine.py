@@ -1,7 +1,7 @@
 """Real CPU engines: 1 prefill + 2 decode vLLM behind the PD router, against one instance.
 
 One module, one set of four tiny engines (about a minute to start on 2 cores), the
-PD deployment started with `Pipeline.serve_disaggregated` (PD-aware role presets,
+PD deployment started with `serve_disaggregated` (PD-aware role presets,
 ExampleConnector). The last two tests stop the decode instances, so they run last,
 in this order.
 """
@@ -11,7 +11,7 @@ import re
 import httpx
 import pytest
 
-from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1 import Pipeline, serve, serve_disaggregated
 from integrations.vllm_v1.pd.launch import free_port
 
 pytestmark = pytest.mark.engine
@@ -25,10 +25,10 @@ PROMPTS = ["The quick brown fox " * 30, "Once upon a time there was a model. " *
 @pytest.fixture(scope="module")
 def cluster(random_model_dir, tmp_path_factory):
     logs = tmp_path_factory.mktemp("pd-logs")
-    single = Pipeline().serve(random_model_dir, port=free_port(), vllm_args=ARGS,
+    single = serve(Pipeline(), random_model_dir, port=free_port(), vllm_args=ARGS,
                               log_path=str(logs / "single.log"))
     try:
-        with Pipeline().serve_disaggregated(random_model_dir, prefill=1, decode=2,
+        with serve_disaggregated(Pipeline(), random_model_dir, prefill=1, decode=2,
                                             vllm_args=ARGS, timeout_s=400, log_dir=logs,
                                             storage_dir=tmp_path_factory.mktemp("pd-kv"),
                                             ) as deployment:
@@ -82,8 +82,8 @@ def test_each_role_runs_its_pd_preset(cluster):
     deployment, _ = cluster
     logs = {name: server.log_path.read_text(errors="replace")
             for name, server in deployment.servers.items()}
-    assert "GatedPolicyScheduler" in logs["decode0"] and "GatedPolicyScheduler" in logs["decode1"]
-    assert "GatedPolicyScheduler" not in logs["prefill0"]
+    assert "StartGateHook" in logs["decode0"] and "StartGateHook" in logs["decode1"]
+    assert "StartGateHook" not in logs["prefill0"] and "EvictionHook" in logs["prefill0"]
     assert "max_num_batched_tokens=16384" in logs["prefill0"]
 
 

@@ -4,11 +4,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from integrations.vllm_v1 import Pipeline, SchedulerHarness
+from integrations.vllm_v1 import Pipeline, engine_kwargs
+from integrations.vllm_v1.config.spec import resolve_pipeline
+from integrations.vllm_v1.instruments import SchedulerHarness
 from integrations.vllm_v1.instruments.harness import EngineShape
 from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL, STOCK
-from integrations.vllm_v1.scheduling.start_gate import GatedPolicyScheduler
-from integrations.vllm_v1.config.presets import resolve_pipeline
+from integrations.vllm_v1.scheduling.start_gate import StartGateHook
 from policies import DecodeKVGate
 
 needed_st = st.lists(st.integers(0, 400), max_size=12)
@@ -65,7 +66,7 @@ SHAPE = EngineShape(num_blocks=64, block_size=16, max_num_batched_tokens=4096,
 def test_the_gate_holds_requests_back_in_vllms_scheduler_and_all_complete():
     gated = SchedulerHarness.build(Pipeline(start_gate=DecodeKVGate(max_kv_usage=0.5)),
                                    shape=SHAPE)
-    assert isinstance(gated.scheduler, GatedPolicyScheduler)
+    assert [type(h) for h in gated.scheduler.hooks.hooks] == [StartGateHook]
     # 13 blocks each: two fit in half of 64 blocks, three do not
     assert max(run_to_completion(gated, prompts=5, tokens=200)) == 2
     stock = SchedulerHarness.build(None, shape=SHAPE)
@@ -78,15 +79,13 @@ def test_a_request_bigger_than_the_bound_runs_alone():
     assert max(run_to_completion(gated, prompts=2, tokens=400)) == 1
 
 
-def test_role_presets_pick_their_scheduler_and_engine_limits():
-    assert PD_DECODE.pipeline.engine_kwargs(async_scheduling=False)["scheduler_cls"] == (
-        "integrations.vllm_v1.scheduling.start_gate.GatedPolicyScheduler")
-    assert PD_DECODE.pipeline.engine_kwargs(async_scheduling=True)["scheduler_cls"] == (
-        "integrations.vllm_v1.scheduling.start_gate.AsyncGatedPolicyScheduler")
-    assert PD_PREFILL.pipeline.engine_kwargs(async_scheduling=False)["scheduler_cls"] == (
-        "integrations.vllm_v1.scheduling.scheduler.PolicyScheduler")
+def test_role_presets_run_on_the_one_policy_scheduler_with_their_engine_limits():
+    for role in (PD_DECODE, PD_PREFILL):
+        assert engine_kwargs(role.pipeline, async_scheduling=False)["scheduler_cls"] == (
+            "integrations.vllm_v1.scheduling.scheduler.PolicyScheduler")
+        assert engine_kwargs(role.pipeline, async_scheduling=True)["scheduler_cls"] == (
+            "integrations.vllm_v1.scheduling.scheduler.AsyncPolicyScheduler")
     assert PD_PREFILL.vllm_args() == ("--max-num-batched-tokens", "16384")
-    assert PD_PREFILL.shape(SHAPE).max_num_batched_tokens == 16384
-    assert STOCK.vllm_args() == () and STOCK.shape(SHAPE) == SHAPE
-    assert resolve_pipeline("pd-decode") is PD_DECODE.pipeline
-    assert resolve_pipeline("pd-prefill") is PD_PREFILL.pipeline
+    assert STOCK.vllm_args() == ()
+    assert resolve_pipeline("pd-decode") == PD_DECODE.pipeline
+    assert resolve_pipeline("pd-prefill") == PD_PREFILL.pipeline

@@ -9,7 +9,7 @@ from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.driver import build_harness, prompt_token_ids, replay
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.trace import Trace, TraceRequest
-from integrations.vllm_v1 import EngineShape
+from integrations.vllm_v1.instruments import EngineShape
 
 SHAPE = EngineShape(num_blocks=256, max_num_batched_tokens=512, max_num_seqs=16)
 COST = StepCostModel.preset("h100")

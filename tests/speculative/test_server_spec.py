@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1 import Pipeline, engine_kwargs, serve
 from policies.speculative import SpeculationBudget
 from tests.integration.http_client import free_port, get_text, metric, post, server_model
 
@@ -25,15 +25,15 @@ def server(random_model_dir, tmp_path_factory):
     budget = SpeculationBudget(default_max_draft_tokens=8)
     budget.set_limit("bronze", 0)
     pipeline = Pipeline(speculation=budget)
-    config = pipeline.engine_kwargs(async_scheduling=False)["additional_config"]
+    config = engine_kwargs(pipeline, async_scheduling=False)["additional_config"]
     spec = {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": 8}
     args = ("--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
             "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20),
             "--no-async-scheduling", "--speculative-config", json.dumps(spec),
             "--additional-config", json.dumps(config))
     folder = tmp_path_factory.mktemp("spec_server")
-    with pipeline.serve(random_model_dir, port=free_port(), vllm_args=args,
-                        log_path=str(folder / "server.log")) as handle:
+    with serve(pipeline, random_model_dir, port=free_port(), vllm_args=args,
+               log_path=str(folder / "server.log")) as handle:
         handle.wait_until_healthy(timeout_s=400)
         yield SimpleNamespace(url=handle.url)
 

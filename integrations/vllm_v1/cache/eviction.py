@@ -17,7 +17,7 @@ Translation (vLLM call -> order):
   (allocated before any cached block, as in vLLM).
 * ``remove`` (a prefix hit, ``touch``) -> ``acquire``; ``popleft``/``popleft_n`` -> ``evict``.
 * Blocks a preempted request frees (inside `PolicyFreeBlockQueue.shield`, which
-  `PolicyScheduler` enters around vLLM's ``_preempt_request``) are released with
+  `EvictionHook` enters around vLLM's ``_preempt_request``) are released with
   ``protect=True``: the preemption cache shield.
 * Blocks a cancelled request frees (``shield(cancelled=True)``, entered around
   ``_free_request`` of a ``FINISHED_ABORTED`` request) go to ``release_cancelled``
@@ -40,15 +40,17 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from vllm.v1.core.kv_cache_utils import (
+from integrations.vllm_v1.scheduling.hooks import SchedulerHook
+from integrations.vllm_v1.vllm_surface.names import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
+    Request,
+    RequestStatus,
     get_group_id,
     make_block_hash_with_group_id,
+    swap_free_block_queue,
 )
-from vllm.v1.request import Request
-
-from policies.eviction import EvictionOrder, RetentionHints
+from policies.eviction import EvictionOrder, ReportsEvictionStats, RetentionHints
 
 PROMPT_VERSION_ARG = "prompt_version"
 """The ``vllm_xargs`` key naming the version of a request's system prompt."""
@@ -226,27 +228,38 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
             self.order.check_invariants()
 
 
-def cached_prefix_tokens(kv_cache_manager: Any, request: Request) -> int:
-    """Prompt tokens of ``request`` the prefix cache would serve if it were scheduled now.
-
-    Read-only: the same lookup as vLLM's ``get_computed_blocks`` (the last token is
-    always recomputed), without touching blocks, stats or KV events.
-    """
-    if (not kv_cache_manager.enable_caching
-            or not kv_cache_manager.prefix_cache_lookup_enabled(request)):
-        return 0
-    _, tokens, _ = kv_cache_manager.coordinator.find_longest_cache_hit(
-        request.block_hashes, request.num_tokens - 1)
-    return min(tokens, request.num_prompt_tokens)
-
-
 def install_eviction(scheduler: Any, order: EvictionOrder) -> PolicyFreeBlockQueue:
     """Replace ``scheduler``'s free-block queue by one evicting in ``order``; returns it.
 
     Call on a scheduler with no request yet (or between requests): the free
     blocks move over in their current order, cached ones with no known parent.
     """
-    pool = scheduler.kv_cache_manager.block_pool
-    queue = PolicyFreeBlockQueue(pool.free_block_queue.get_all_free_blocks(), order)
-    pool.free_block_queue = queue
-    return queue
+    return swap_free_block_queue(scheduler.kv_cache_manager,
+                                 lambda blocks: PolicyFreeBlockQueue(blocks, order))
+
+
+class EvictionHook(SchedulerHook):
+    """The pipeline's ``eviction`` slot: installs `PolicyFreeBlockQueue`, tells it each
+    admitted prompt, shields blocks of preempted and cancelled requests, reports stats."""
+
+    def __init__(self, scheduler: Any, order: EvictionOrder) -> None:
+        self.queue = install_eviction(scheduler, order)
+        self._stats = order.stats if isinstance(order, ReportsEvictionStats) else None
+
+    def on_admitted(self, request: Any, tenant: str) -> None:
+        self.queue.observe_request(request, tenant)  # cache versioning: the prompt's root
+
+    @contextmanager
+    def releasing(self, request: Any, *, preempted: bool) -> Iterator[None]:
+        if preempted:  # the preemption cache shield: blocks freed protected
+            with self.queue.shield():
+                yield
+        elif request.status == RequestStatus.FINISHED_ABORTED:  # cancelled by its client
+            with self.queue.shield(cancelled=True):
+                yield
+        else:
+            yield
+
+    def refresh_metrics(self, metrics: Any) -> None:
+        if self._stats is not None:
+            metrics.eviction(self._stats())

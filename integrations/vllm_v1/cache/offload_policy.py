@@ -49,13 +49,15 @@ import math
 from collections.abc import Iterable, Sequence
 
 import attrs
-from vllm.v1.kv_offload.base import OffloadKey, ReqContext, get_offload_group_idx
-from vllm.v1.kv_offload.cpu.policies.base import (
+
+from integrations.vllm_v1.vllm_surface.names import (
     CachePolicy,
     ChunkStatus,
+    OffloadKey,
+    ReqContext,
+    get_offload_group_idx,
     order_request_keys,
 )
-
 from policies.eviction import SegmentedLRU
 
 

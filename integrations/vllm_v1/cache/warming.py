@@ -1,7 +1,7 @@
-"""`EngineCacheWarmer`: a `PrefixWarmer` driving warm-up requests inside a vLLM V1 engine.
+"""`CacheWarmingHook`: a `PrefixWarmer` driving warm-up requests inside a vLLM V1 engine.
 
 The scheduler shows it every admitted request (`observe`) and calls `before_step` before each
-step. When the warmer names a hot prefix the prefix cache does not hold, it adds a one-token
+step (through the `SchedulerHook` points). When the warmer names a hot prefix the prefix cache does not hold, it adds a one-token
 request for it (id ``warm-<n>``, tenant ``warming``, lowest priority) through the scheduler's
 own ``add_request``; its prefill fills the cache, and its output goes to no client (vLLM's
 output processor drops outputs of request ids it does not know).
@@ -19,12 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllm import SamplingParams
-from vllm.utils.hashing import get_hash_fn_by_name
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher
-from vllm.v1.request import Request
-
-from integrations.vllm_v1.cache.eviction import cached_prefix_tokens
+from integrations.vllm_v1.scheduling.hooks import SchedulerHook
+from integrations.vllm_v1.vllm_surface.names import (
+    Request,
+    SamplingParams,
+    cached_prefix_tokens,
+    get_hash_fn_by_name,
+    get_request_block_hasher,
+)
 from policies import LoadSnapshot
 from policies.cache_warming import PrefixWarmer, WarmPrefix
 
@@ -34,16 +36,18 @@ WARM_PRIORITY = 20
 """vLLM's lowest-urgency priority value: warming yields to every real request."""
 
 
-class EngineCacheWarmer:
-    """Observes admitted requests and, when the warmer says so, adds warm-up requests."""
+class CacheWarmingHook(SchedulerHook):
+    """The pipeline's ``warming`` slot: observes admitted requests and, when the warmer says
+    so, adds warm-up requests."""
 
-    def __init__(self, scheduler: Any, warmer: PrefixWarmer, state_path: str | None = None, *,
-                 metrics: Any = None, save_interval_s: float = 30.0,
+    def __init__(self, scheduler: Any, warmer: PrefixWarmer, *, save_interval_s: float = 30.0,
                  check_interval_s: float = 1.0) -> None:
-        """``metrics``: a `PolicyMetrics` counting warm-up requests, or None."""
+        """The hot set is kept at the pipeline's ``warming_state_path``; warm-up requests are
+        counted on the scheduler's metrics, if any."""
         self.scheduler = scheduler
-        self.metrics = metrics
+        self.metrics = scheduler.metrics
         self.warmer = warmer
+        state_path = scheduler.pipeline.warming_state_path
         self.state_path = Path(state_path) if state_path else None
         self.save_interval_s = save_interval_s
         self.check_interval_s = check_interval_s
@@ -61,6 +65,15 @@ class EngineCacheWarmer:
         """Restored prefixes wait for their first warm-up (read lazily: vLLM seeds its block
         hashes only after the scheduler is built)."""
         self._restored = not self._pending
+
+    def on_admitted(self, request: Any, tenant: str) -> None:
+        self.observe(request)
+
+    def before_schedule(self, now: float) -> None:
+        self.before_step(now, self.scheduler.step_load)
+
+    def shutdown(self, now: float) -> None:
+        self.save(now)
 
     def observe(self, request: Request) -> None:
         """Count an admitted request's prompt prefix (warm-up requests are not counted)."""

@@ -18,20 +18,30 @@ from typing import Literal
 
 import attrs
 import torch
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
-from vllm.sampling_params import SamplingParams
-from vllm.utils.hashing import sha256_cbor
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.core.sched.output import SchedulerOutput
-from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.engine import EngineCoreOutput
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.outputs import ModelRunnerOutput
-from vllm.v1.request import Request
-from vllm.v1.structured_output import StructuredOutputManager
 
+from integrations.vllm_v1.config.spec import to_additional_config
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.scheduling.scheduler import PolicyScheduler, PolicySchedulerMixin
+from integrations.vllm_v1.vllm_surface.names import (
+    CacheConfig,
+    EngineCoreOutput,
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    ModelConfig,
+    ModelRunnerOutput,
+    Request,
+    RequestStatus,
+    SamplingParams,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerOutput,
+    StructuredOutputManager,
+    VllmConfig,
+    get_request_block_hasher,
+    init_none_hash,
+    sha256_cbor,
+)
 from policies import ManualClock
 
 SAMPLED_TOKEN_ID = 7
@@ -148,7 +158,7 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
         model_config=model_config,
         cache_config=cache_config,
         scheduler_config=scheduler_config,
-        additional_config=pipeline.to_additional_config() if pipeline is not None else {},
+        additional_config=to_additional_config(pipeline) if pipeline is not None else {},
     )
     kv_cache_config = KVCacheConfig(
         num_blocks=shape.num_blocks,
@@ -161,10 +171,6 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
             )
         ],
     )
-    if scheduler_cls is None and pipeline is not None and pipeline.start_gate is not None:
-        from integrations.vllm_v1.scheduling.start_gate import GatedPolicyScheduler
-
-        scheduler_cls = GatedPolicyScheduler  # the class the engine would run (engine_kwargs)
     cls = scheduler_cls or (PolicyScheduler if pipeline is not None else Scheduler)
     return cls(
         vllm_config=vllm_config,
@@ -239,3 +245,20 @@ class SchedulerHarness:
     def has_requests(self) -> bool:
         """Whether anything is still waiting, running or about to be reported."""
         return self.scheduler.has_requests()
+
+    def abort(self, request_id: str) -> None:
+        """The client cancelled ``request_id`` (as vLLM's engine finishes an aborted request)."""
+        self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+
+    def cached_blocks(self, block_hashes: Sequence[object]) -> int:
+        """Leading blocks of ``block_hashes`` (vLLM block hashes) in the prefix cache."""
+        pool = self.scheduler.kv_cache_manager.block_pool
+        for count, block_hash in enumerate(block_hashes):
+            if pool.get_cached_block(block_hash, [0]) is None:
+                return count
+        return len(block_hashes)
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the KV cache holds when full."""
+        return self.scheduler.kv_cache_manager.block_pool.num_gpu_blocks * self.scheduler.block_size

@@ -1,6 +1,6 @@
 """Start an NP:MD disaggregated deployment on this machine: vLLM servers plus the PD router.
 
-`serve_disaggregated` (also `Pipeline.serve_disaggregated`) is the entry point:
+`serve_disaggregated` is the entry point:
 it applies the PD-aware role presets (`integrations.vllm_v1.pd.roles`) and
 returns a ready `PDDeployment`. `PDDeployment.start` spawns ``prefill`` +
 ``decode`` vLLM OpenAI servers (each a `LocalServer` running a `Pipeline`) wired
@@ -33,8 +33,8 @@ from pathlib import Path
 import attrs
 from aiohttp import web
 
-from integrations.vllm_v1.pd.roles import PD_ROLES, STOCK, PDRole
 from integrations.vllm_v1.pd.proxy import PDProxy
+from integrations.vllm_v1.pd.roles import PD_ROLES, STOCK, PDRole
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.serving.server import LocalServer
 from policies.pd_router import PDRouter
@@ -59,9 +59,9 @@ NIXL_CONNECTOR_CONFIG = json.dumps({"kv_connector": "NixlConnector", "kv_role": 
 
 def runs_on_cpu() -> bool:
     """Whether vLLM's platform here is the CPU (then ``ExampleConnector``, else NIXL)."""
-    from vllm.platforms import current_platform
+    from integrations.vllm_v1.vllm_surface.names import platform_is_cpu
 
-    return current_platform.is_cpu()
+    return platform_is_cpu()
 
 
 @contextlib.contextmanager

@@ -22,9 +22,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from vllm.v1.core.sched.request_queue import RequestQueue
-from vllm.v1.request import Request
-
+from integrations.vllm_v1.vllm_surface.names import Request, RequestQueue
 from policies import FairnessPolicy
 
 _Entry = tuple[Any, int, Request]

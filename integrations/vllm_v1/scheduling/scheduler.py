@@ -1,4 +1,4 @@
-"""`PolicyScheduler`: vLLM's own scheduler, steered by a `Pipeline`.
+r"""`PolicyScheduler`: vLLM's own scheduler, steered by a `Pipeline`.
 
 Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
 
@@ -10,7 +10,7 @@ Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
   preempts from the tail;
 * admission: ``add_request`` asks the admission and watermark policies; a
   rejection (or a deadline that expires while waiting) finishes the request with
-  ``finish_reason="abort"`` and ``stop_reason="rejected:<reason>;retry_after_s=<s>"``;
+  ``finish_reason="abort"`` and the `Rejection`'s ``stop_reason``;
 * per-request token cap: ``_reserve_prefill_lookahead`` clamps prefill chunks to
   the rate policy's cap and the `KVWatermarks` block quota (a cap of 0 skips a
   running request this step);
@@ -21,32 +21,43 @@ Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
   it), everything else at the end of the step; a request vLLM pops only to skip
   it costs nothing.
 
+Optional features (eviction order, cache warming, draft budget, start gate, step
+log) are `SchedulerHook`\ s (`integrations.vllm_v1.scheduling.hooks`), built from
+the pipeline's slots by `integrations.vllm_v1.scheduling.features`. The pipeline is
+named in ``additional_config`` (`integrations.vllm_v1.config.spec`).
+
 The clock is read once per step; every policy sees that same ``now``.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import attrs
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason
-from vllm.v1.request import Request, RequestStatus
 
-from integrations.vllm_v1.cache.eviction import cached_prefix_tokens
+from integrations.vllm_v1.config.spec import pipeline_from_additional_config
 from integrations.vllm_v1.metrics import PolicyMetrics
-from integrations.vllm_v1.pipeline import Pipeline
+from integrations.vllm_v1.rejection import Rejection
+from integrations.vllm_v1.scheduling.features import feature_hooks
+from integrations.vllm_v1.scheduling.hooks import HookTable
 from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
-from integrations.vllm_v1.speculative.budget import cap_drafts
 from integrations.vllm_v1.scheduling.views import request_metadata, request_view
+from integrations.vllm_v1.vllm_surface.names import (
+    AsyncScheduler,
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    FinishReason,
+    Request,
+    RequestStatus,
+    Scheduler,
+    cached_prefix_tokens,
+)
 from policies import (
-    AdmissionDecision,
-    DeadlinePolicy,
     InvalidRequestMetadata,
-    KVWatermarks,
+    KVBlockQuota,
     LifecycleObserver,
     LoadSnapshot,
     RequestMetadata,
@@ -54,6 +65,9 @@ from policies import (
     TenantUsage,
 )
 from policies.cache_aware import LoadAwareRanking
+
+_LOG = logging.getLogger("vllm.llm_serving_policies")
+"""Under vLLM's logger, so the engine's own log configuration shows it."""
 
 
 @attrs.frozen
@@ -66,9 +80,9 @@ class _Tracked:
 
 
 @attrs.frozen
-class _Rejection:
+class _Rejected:
     request: Request
-    decision: AdmissionDecision
+    rejection: Rejection
 
 
 def _prefill_part(tokens: int, prompt_tokens: int, computed_tokens: int) -> int:
@@ -77,22 +91,19 @@ def _prefill_part(tokens: int, prompt_tokens: int, computed_tokens: int) -> int:
     return 0 if prompt_left <= 0 else tokens if tokens < prompt_left else prompt_left
 
 
-def rejection_stop_reason(decision: AdmissionDecision) -> str:
-    """The ``stop_reason`` of a rejected request, e.g. ``rejected:queue_full;retry_after_s=1``."""
-    return f"rejected:{decision.reason};retry_after_s={decision.retry_after_s:g}"
-
-
 class PolicySchedulerMixin:
     """The pipeline seams; mixed into `Scheduler` and `AsyncScheduler`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.pipeline = pipeline = Pipeline.from_additional_config(
+        self.pipeline = pipeline = pipeline_from_additional_config(
             self.vllm_config.additional_config)
         self.clock: Callable[[], float] = time.time
         """Same clock as ``Request.arrival_time``; the replay swaps in a virtual one."""
+        self.metrics = PolicyMetrics.from_environment()
+        """The pipeline's Prometheus metrics, or None when no multiprocess directory is set."""
         self._tracked: dict[str, _Tracked] = {}
-        self._rejections: list[_Rejection] = []
+        self._rejected: list[_Rejected] = []
         self._load: LoadSnapshot | None = None
         self._now = 0.0
         self._step_views: dict[str, RequestView] = {}
@@ -101,26 +112,22 @@ class PolicySchedulerMixin:
         self._charged_on_dispatch: set[str] = set()
         self._quota_usage: tuple[dict[str, int], dict[str, int]] | None = None
         """Running requests and KV blocks per tenant while a step picks (quotas only)."""
+        self._configured_active_limit = self.max_num_active_reqs
         self._observers = [p for p in pipeline.policies if isinstance(p, LifecycleObserver)]
-        self._deadlines = pipeline.deadlines or (
-            pipeline.ranking if isinstance(pipeline.ranking, DeadlinePolicy) else None)
+        self._deadlines = pipeline.deadline_policy
+        self._block_quota = (pipeline.watermarks if isinstance(pipeline.watermarks, KVBlockQuota)
+                             else None)
+        self._ranks_under_load = isinstance(pipeline.ranking, LoadAwareRanking)
         self.waiting = PolicyRequestQueue(
             self._queue_key, self._tenant_of, pipeline.fairness,
             self._tenants_under_quota if pipeline.quotas is not None else None,
             self._charge_dispatched)
         self.kv_holding_waiting = PolicyRequestQueue(self._queue_key)
-        self._eviction_queue = None
-        if pipeline.eviction is not None:  # prefix-cache eviction order (SegmentedLRU, ...)
-            from integrations.vllm_v1.cache.eviction import install_eviction
-
-            self._eviction_queue = install_eviction(self, pipeline.eviction)
-        self._metrics = PolicyMetrics.from_environment()
-        self._warmer = None
-        if pipeline.warming is not None:  # proactive cache warming
-            from integrations.vllm_v1.cache.warming import EngineCacheWarmer
-
-            self._warmer = EngineCacheWarmer(self, pipeline.warming, pipeline.warming_state_path,
-                                             metrics=self._metrics)
+        self.hooks = HookTable(feature_hooks(self))
+        """The optional features this pipeline turns on (`SchedulerHook`)."""
+        _LOG.info("%s running policies [%s] with hooks [%s]", type(self).__name__,
+                  ", ".join(type(p).__name__ for p in pipeline.policies),
+                  ", ".join(type(h).__name__ for h in self.hooks.hooks))
 
     # -- views, keys and load -------------------------------------------------
 
@@ -132,6 +139,10 @@ class PolicySchedulerMixin:
             view = request_view(request, tracked.metadata, tracked.admitted.cached_tokens)
             self._step_views[request.request_id] = view
         return view
+
+    def tracked_metadata(self, request: Request) -> RequestMetadata:
+        """The scheduling metadata of an admitted request."""
+        return self._tracked[request.request_id].metadata
 
     def _tenant_of(self, request: Request) -> str:
         return self._tracked[request.request_id].metadata.tenant
@@ -182,6 +193,17 @@ class PolicySchedulerMixin:
         running[tenant] = running.get(tenant, 0) + 1
         blocks[tenant] = blocks.get(tenant, 0) - (-request.num_computed_tokens // self.block_size)
 
+    def step_load(self) -> LoadSnapshot:
+        """The load as this step began (computed at most once per step)."""
+        if self._load is None:
+            self._load = self.load_snapshot(self._now)
+        return self._load
+
+    def limit_starts(self, startable: int) -> None:
+        """Let at most ``startable`` waiting requests start this step (hooks may only lower
+        the limit; it is back to vLLM's configured one at the next step)."""
+        self.max_num_active_reqs = min(self.max_num_active_reqs, len(self.running) + startable)
+
     def load_snapshot(self, now: float) -> LoadSnapshot:
         """The engine's load as policies see it."""
         num_running, num_waiting = self.get_request_counts()
@@ -199,10 +221,12 @@ class PolicySchedulerMixin:
         if request.request_id in self.requests:  # a streaming-input continuation
             super().add_request(request)
             return
+        for on_arrival in self.hooks.on_arrival:
+            on_arrival(request)
         try:
             metadata = request_metadata(request)
         except InvalidRequestMetadata as error:
-            self._reject(request, AdmissionDecision.reject(f"invalid_metadata: {error}", 0.0))
+            self._reject(request, Rejection(reason="invalid_metadata", detail=str(error)))
             return
         view = request_view(request, metadata)
         now = self.clock()
@@ -211,60 +235,59 @@ class PolicySchedulerMixin:
         for gate in gates:
             decision = gate.admit(view, load)
             if not decision.admitted:
-                self._reject(request, decision)
+                self._reject(request, Rejection.from_decision(decision))
                 return
         ranking = self.pipeline.ranking
-        if isinstance(ranking, LoadAwareRanking):  # cache-aware: the prefix hit on admission
+        if self._ranks_under_load:  # cache-aware: the prefix hit on admission
             view = attrs.evolve(view, cached_tokens=cached_prefix_tokens(self.kv_cache_manager,
                                                                          request))
             rank_key = ranking.rank_key_under_load(view, load or self.load_snapshot(now))
         else:
             rank_key = ranking.rank_key(view)
         self._tracked[request.request_id] = _Tracked(metadata, rank_key, view)
-        if self._eviction_queue is not None:  # cache versioning: the prompt root it opens with
-            self._eviction_queue.observe_request(request, metadata.tenant)
         super().add_request(request)
-        if self._warmer is not None:
-            self._warmer.observe(request)
+        for on_admitted in self.hooks.on_admitted:
+            on_admitted(request, metadata.tenant)
         for observer in self._observers:
             observer.on_admitted(view, now)
 
-    def _reject(self, request: Request, decision: AdmissionDecision) -> None:
-        self._rejections.append(_Rejection(request, decision))
-        if self._metrics is not None:
-            self._metrics.rejected(decision.reason)
+    def _reject(self, request: Request, rejection: Rejection) -> None:
+        self._rejected.append(_Rejected(request, rejection))
+        if self.metrics is not None:
+            self.metrics.rejected(rejection.reason)
 
     def _expire_waiting(self) -> None:
         """Drop waiting requests at the head of their queue whose deadline can no longer be met."""
         while expired := [r for r in self.waiting.heads()
                           if self._deadlines.is_expired(self._view(r), self._now)]:
             for request in expired:
-                self._reject(request, AdmissionDecision.reject("deadline_expired", 0.0))
+                self._reject(request, Rejection(reason="deadline_expired"))
             self.finish_requests([r.request_id for r in expired],
                                  RequestStatus.FINISHED_ABORTED)
 
     def has_requests(self) -> bool:
-        return (bool(self._rejections) or super().has_requests()
-                or (self._warmer is not None and self._warmer.pending()))
+        return (bool(self._rejected) or super().has_requests()
+                or any(pending() for pending in self.hooks.pending))
 
     def shutdown(self) -> None:
-        if self._warmer is not None:
-            self._warmer.save(self.clock())
+        for shutdown in self.hooks.shutdown:
+            shutdown(self.clock())
         super().shutdown()
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any
                            ) -> dict[int, EngineCoreOutputs]:
+        for before_update in self.hooks.before_update:
+            before_update(scheduler_output, model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        rejections, self._rejections = self._rejections, []
-        for rejection in rejections:
-            client = rejection.request.client_index
-            batch = outputs.setdefault(client, EngineCoreOutputs())
+        rejected, self._rejected = self._rejected, []
+        for entry in rejected:
+            batch = outputs.setdefault(entry.request.client_index, EngineCoreOutputs())
             batch.outputs.append(
                 EngineCoreOutput(
-                    request_id=rejection.request.request_id,
+                    request_id=entry.request.request_id,
                     new_token_ids=[],
                     finish_reason=FinishReason.ABORT,
-                    stop_reason=rejection_stop_reason(rejection.decision),
+                    stop_reason=entry.rejection.stop_reason,
                 )
             )
         self._refresh_metrics()
@@ -277,43 +300,32 @@ class PolicySchedulerMixin:
         self._step_views.clear()  # a view shows a request as it stands before the step
         self._waiting_grants.clear()
         self._quota_usage = None
+        self.max_num_active_reqs = self._configured_active_limit
         if self._deadlines is not None:
             self._expire_waiting()
         if self.pipeline.reorders_requests or self._deadlines is not None:
             self._sort_running()
         self._load = self.load_snapshot(now) if self.pipeline.rate is not None else None
-        if self.pipeline.speculation is not None:
-            self._cap_drafts(now)
-        if self._warmer is not None:
-            self._warmer.before_step(now, lambda: self._load or self.load_snapshot(now))
-        return super().schedule(throttle_prefills)
-
-    def _cap_drafts(self, now: float) -> None:
-        budget = self.pipeline.speculation
-        load = (None if budget.busy_max_draft_tokens is None  # no load rule: no snapshot
-                else self._load or self.load_snapshot(now))
-        withheld = cap_drafts(self.running, budget,
-                              lambda r: self._tracked[r.request_id].metadata.slo_class, load)
-        if self._metrics is not None:
-            for slo_class, tokens in withheld.items():
-                self._metrics.drafts_withheld(slo_class, tokens)
+        for before_schedule in self.hooks.before_schedule:
+            before_schedule(now)
+        output = super().schedule(throttle_prefills)
+        for after_schedule in self.hooks.after_schedule:
+            after_schedule(output)
+        return output
 
     def _refresh_metrics(self) -> None:
         """Gauges after a step: when due, and always when the engine goes idle (no step
         follows to correct them)."""
-        metrics = self._metrics
+        metrics = self.metrics
         if metrics is None or not (metrics.due(self.clock()) or not self.has_requests()):
             return
         metrics.refresh(
             waiting=((self._tenant_of(r), self._queue_key(r)[0]) for r in self.waiting),
             running=(self._tenant_of(r) for r in self.running),
-            fairness=self.pipeline.fairness, watermarks=self.pipeline.watermarks,
-            kv_usage=self.kv_cache_manager.usage, eviction=self._eviction_stats())
-
-    def _eviction_stats(self) -> Any:
-        """The eviction order's `EvictionStats`, if it has ``stats()`` (`SegmentedLRU`)."""
-        order = self._eviction_queue.order if self._eviction_queue is not None else None
-        return order.stats() if hasattr(order, "stats") else None
+            fairness=self.pipeline.fairness, watermarks=self._block_quota,
+            kv_usage=self.kv_cache_manager.usage)
+        for refresh in self.hooks.refresh_metrics:
+            refresh(metrics)
 
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
                                    num_new_tokens: int) -> int:
@@ -337,27 +349,25 @@ class PolicySchedulerMixin:
         # waiting pass for everyone behind it, so it keeps at least one token.
         floor = 0 if request.status == RequestStatus.RUNNING else 1
         capped = min(num_new_tokens, max(min(caps), floor))
-        if self._metrics is not None and capped < num_new_tokens:
-            self._metrics.throttled(self._tenant_of(request), num_new_tokens - capped)
+        if self.metrics is not None and capped < num_new_tokens:
+            self.metrics.throttled(self._tenant_of(request), num_new_tokens - capped)
         return capped
 
     def _rate_cap(self, request: Request) -> int | None:
         if self.pipeline.rate is None:
             return None
-        assert self._load is not None
-        return self.pipeline.rate.token_cap(self._view(request), self._load)
+        return self.pipeline.rate.token_cap(self._view(request), self.step_load())
 
     def _kv_quota_cap(self, request: Request, num_computed_tokens: int) -> int | None:
-        """Prefill tokens left under the request's KV-block quota (`KVWatermarks.block_quota`).
+        """Prefill tokens left under the request's KV-block quota (`KVBlockQuota.block_quota`).
 
         The head of the running list is exempt (as is a request when nothing runs), so one
         request always progresses, finishes and frees blocks: quotas cannot stall the engine.
         """
-        watermarks = self.pipeline.watermarks
-        if not isinstance(watermarks, KVWatermarks) or not self.running or \
-                self.running[0] is request:
+        if self._block_quota is None or not self.running or self.running[0] is request:
             return None
-        quota_blocks = watermarks.block_quota(self._view(request), self.kv_cache_manager.usage)
+        quota_blocks = self._block_quota.block_quota(self._view(request),
+                                                     self.kv_cache_manager.usage)
         return max(0, quota_blocks * self.block_size - num_computed_tokens)
 
     def _charge_dispatched(self, tenant: str, request: Request) -> None:
@@ -382,9 +392,9 @@ class PolicySchedulerMixin:
             view = self._view(self.requests[new.req_id])
             for observer in self._observers:
                 observer.on_first_scheduled(view, self._now)
-        for new in scheduler_output.scheduled_new_reqs if self._metrics is not None else ():
+        for new in scheduler_output.scheduled_new_reqs if self.metrics is not None else ():
             request = self.requests[new.req_id]  # hit rate by tenant: cached before this step
-            self._metrics.prefix_hits(self._tenant_of(request), request.num_prompt_tokens,
+            self.metrics.prefix_hits(self._tenant_of(request), request.num_prompt_tokens,
                                       new.num_computed_tokens)
         super()._update_after_schedule(scheduler_output)
 
@@ -418,11 +428,8 @@ class PolicySchedulerMixin:
                          drop_stale_output: bool = False) -> None:
         if self.pipeline.levels is not None:
             self.pipeline.levels.on_preempted(self._tracked[request.request_id].admitted)
-        if self._eviction_queue is not None:  # preemption cache shield: blocks freed protected
-            with self._eviction_queue.shield():
-                super()._preempt_request(request, timestamp, drop_stale_output)
-            return
-        super()._preempt_request(request, timestamp, drop_stale_output)
+        with self.hooks.released(request, preempted=True):
+            super()._preempt_request(request, timestamp, drop_stale_output)
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         tracked = self._tracked.pop(request.request_id, None)
@@ -430,11 +437,8 @@ class PolicySchedulerMixin:
             view = request_view(request, tracked.metadata, tracked.admitted.cached_tokens)
             for observer in self._observers:
                 observer.on_finished(view, self.clock())
-        if (self._eviction_queue is not None
-                and request.status == RequestStatus.FINISHED_ABORTED):  # cancelled by its client
-            with self._eviction_queue.shield(cancelled=True):
-                return super()._free_request(request, delay_free_blocks)
-        return super()._free_request(request, delay_free_blocks)
+        with self.hooks.released(request, preempted=False):
+            return super()._free_request(request, delay_free_blocks)
 
 
 class PolicyScheduler(PolicySchedulerMixin, Scheduler):

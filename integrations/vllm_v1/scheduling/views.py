@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from vllm.v1.request import Request
-
+from integrations.vllm_v1.vllm_surface.names import Request
 from policies import RequestMetadata, RequestView, parse_request_metadata
 
 

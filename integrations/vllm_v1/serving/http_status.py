@@ -1,13 +1,13 @@
-"""ASGI middleware: requests the engine rejected become HTTP 429/503 with ``Retry-After``.
+"""ASGI middleware: requests the engine rejected become HTTP 400/429/503 (with ``Retry-After``).
 
 The scheduler rejects a request by finishing it with ``finish_reason="abort"``
-and ``stop_reason="rejected:<reason>;retry_after_s=<s>"`` before it produces a
-token. vLLM would answer that with HTTP 200; this middleware holds the response
-(non-streaming: the whole body; streaming: until the first event that carries a
-token or a finish reason) and, if it is such a rejection, answers instead with
-429 (the client's own quota: rate limits, class or tenant limits) or 503 (the
-server is overloaded), a ``Retry-After`` header and an OpenAI-style error body.
-Everything else passes through unchanged.
+and a `Rejection`'s ``stop_reason`` before it produces a token. vLLM would answer
+that with HTTP 200; this middleware holds the response (non-streaming: the whole
+body; streaming: until the first event that carries a token or a finish reason)
+and, if it is such a rejection, answers instead with `Rejection.http_status` (400:
+the request can never succeed; 429: the client's own quota; 503: overload), a
+``Retry-After`` header (not on 400) and an OpenAI-style error body. Everything
+else passes through unchanged.
 
 For a *streaming* request vLLM 0.32 drops the aborted output and sends only
 ``data: [DONE]``, so the reason never reaches this middleware. A stream that ends
@@ -19,33 +19,33 @@ message says the reason is only reported for non-streaming requests.
 from __future__ import annotations
 
 import json
-import math
-import re
 from typing import Any
 
-from integrations.vllm_v1.serving.http_validation import VALIDATED_PATHS, ASGIApp, Message, Receive, Scope, Send
+from integrations.vllm_v1.rejection import Rejection
+from integrations.vllm_v1.serving.http_validation import (
+    VALIDATED_PATHS,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
 
-REJECTION = re.compile(r"^rejected:(?P<reason>[^;]*);retry_after_s=(?P<retry>[0-9.eE+-]+)$")
-CLIENT_QUOTA_PREFIXES = ("rate_limited", "class_full", "tenant_")
-"""Reasons that are the client's own quota (429); every other rejection is overload (503)."""
 MAX_HELD_BYTES = 1 << 20
-STREAM_REJECTION = ("dropped before its first token (the reason is reported on "
-                    "non-streaming requests only)")
+STREAM_REJECTION = Rejection(
+    reason="dropped", detail="before its first token (the reason is reported on "
+    "non-streaming requests only)", retry_after_s=1.0)
 
 
-def rejection_status(reason: str) -> int:
-    """429 for a client's quota, 503 for server overload."""
-    return 429 if reason.startswith(CLIENT_QUOTA_PREFIXES) else 503
-
-
-def find_rejection(payload: Any) -> tuple[str, float] | None:
-    """``(reason, retry_after_s)`` if a completion payload is a scheduler rejection."""
+def find_rejection(payload: Any) -> Rejection | None:
+    """The scheduler's rejection, if a completion payload is one."""
     choices = payload.get("choices") if isinstance(payload, dict) else None
     for choice in choices or ():
-        stop = choice.get("stop_reason") if isinstance(choice, dict) else None
-        match = REJECTION.match(stop) if isinstance(stop, str) else None
-        if match and choice.get("finish_reason") == "abort":
-            return match["reason"], float(match["retry"])
+        if not isinstance(choice, dict) or choice.get("finish_reason") != "abort":
+            continue
+        rejection = Rejection.parse(choice.get("stop_reason"))
+        if rejection is not None:
+            return rejection
     return None
 
 
@@ -99,12 +99,12 @@ class RejectionStatusMiddleware:
             verdict = next((p for p in payloads if find_rejection(p) or _decided(p)), None)
             if verdict is not None and (rejection := find_rejection(verdict)):
                 state["holding"] = False
-                await _send_rejection(send, *rejection)
+                await _send_rejection(send, rejection)
                 return
             if finished and verdict is None and state["streaming"] and not any(
                     isinstance(p, dict) and "error" in p for p in payloads):
                 state["holding"] = False
-                await _send_rejection(send, STREAM_REJECTION, 1.0)
+                await _send_rejection(send, STREAM_REJECTION)
                 return
             if verdict is not None or finished or len(state["body"]) > MAX_HELD_BYTES:
                 state["holding"] = False
@@ -121,15 +121,16 @@ def _json(body: bytes) -> Any:
         return None
 
 
-async def _send_rejection(send: Send, reason: str, retry_after_s: float) -> None:
-    status = rejection_status(reason)
-    retry_after = str(max(1, math.ceil(retry_after_s)))
-    body = json.dumps({"error": {
-        "message": f"request rejected by the scheduler: {reason}; retry after {retry_after} s",
-        "type": "RateLimitError" if status == 429 else "ServiceUnavailableError",
-        "param": None, "code": status}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"retry-after", retry_after.encode()),
-                            (b"content-length", str(len(body)).encode())]})
+_ERROR_TYPES = {400: "BadRequestError", 429: "RateLimitError", 503: "ServiceUnavailableError"}
+
+
+async def _send_rejection(send: Send, rejection: Rejection) -> None:
+    status = rejection.http_status
+    body = json.dumps({"error": {"message": rejection.message, "type": _ERROR_TYPES[status],
+                                 "param": None, "code": status}}).encode()
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    if rejection.retry_after_header is not None:
+        headers.append((b"retry-after", rejection.retry_after_header.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

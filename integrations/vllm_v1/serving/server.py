@@ -17,6 +17,7 @@ import attrs
 
 from integrations.vllm_v1.metrics import MULTIPROC_ENV
 from integrations.vllm_v1.pipeline import Pipeline
+from integrations.vllm_v1.serving.engine import engine_kwargs
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 MIDDLEWARE = ("integrations.vllm_v1.serving.http_validation.SchedulingMetadataValidator",
@@ -29,7 +30,7 @@ def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
     async_flag = "--async-scheduling" in vllm_args or None
     if "--no-async-scheduling" in vllm_args:
         async_flag = False
-    kwargs = pipeline.engine_kwargs(async_scheduling=async_flag)
+    kwargs = engine_kwargs(pipeline, async_scheduling=async_flag)
     return [
         "--model", model, "--host", host, "--port", str(port),
         "--scheduler-cls", kwargs["scheduler_cls"],
@@ -125,3 +126,10 @@ class LocalServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def serve(pipeline: Pipeline, model: str, *, host: str = "127.0.0.1", port: int = 8000,
+          vllm_args: tuple[str, ...] = (), log_path: str | None = None) -> LocalServer:
+    """Start vLLM's OpenAI server with ``pipeline`` in a child process (`LocalServer.start`)."""
+    return LocalServer.start(pipeline, model, host=host, port=port, vllm_args=vllm_args,
+                             log_path=log_path)

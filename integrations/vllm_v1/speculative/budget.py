@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from integrations.vllm_v1.scheduling.hooks import SchedulerHook
 from policies import LoadSnapshot
 from policies.speculative import SpeculationBudget
 
@@ -36,3 +37,21 @@ def cap_drafts(running: Iterable[Any], budget: SpeculationBudget,
             withheld[slo_class or ""] += len(drafts) - cap
             request.spec_token_ids = drafts[:cap]
     return withheld
+
+
+class DraftBudgetHook(SchedulerHook):
+    """The pipeline's ``speculation`` slot: `cap_drafts` before every step, withheld tokens
+    counted on ``/metrics``."""
+
+    def __init__(self, scheduler: Any, budget: SpeculationBudget) -> None:
+        self.scheduler = scheduler
+        self.budget = budget
+
+    def before_schedule(self, now: float) -> None:
+        scheduler = self.scheduler
+        load = None if self.budget.busy_max_draft_tokens is None else scheduler.step_load()
+        withheld = cap_drafts(scheduler.running, self.budget,
+                              lambda r: scheduler.tracked_metadata(r).slo_class, load)
+        if scheduler.metrics is not None:
+            for slo_class, tokens in withheld.items():
+                scheduler.metrics.drafts_withheld(slo_class, tokens)

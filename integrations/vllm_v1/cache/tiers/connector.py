@@ -32,28 +32,32 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+
+from integrations.vllm_v1.cache.tiers import metrics as kv_tier_metrics
+from integrations.vllm_v1.cache.tiers.config import KVTierConfig
+from integrations.vllm_v1.cache.tiers.store import CPU, DISK, KVBlockStore, PagedKV
+from integrations.vllm_v1.vllm_surface.names import (
+    CacheHitSource,
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    RequestStatus,
+    tensor_parallel_rank,
 )
-from vllm.v1.metrics.cache_hit_source import CacheHitSource
-from vllm.v1.request import RequestStatus
-
-from integrations.vllm_v1 import kv_tier_metrics
-from integrations.vllm_v1.cache.tiers.config import KVTierConfig
-from integrations.vllm_v1.cache.tiers.store import CPU, DISK, KVBlockStore, PagedKV
 from policies.kv_tiering import Tier, TierMove, TierPlacement, TierStats
 
 if TYPE_CHECKING:
     import torch
-    from vllm.config import VllmConfig
-    from vllm.forward_context import ForwardContext
-    from vllm.v1.attention.backend import AttentionMetadata
-    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
-    from vllm.v1.core.sched.output import SchedulerOutput
-    from vllm.v1.kv_cache_interface import KVCacheConfig
-    from vllm.v1.request import Request
+
+    from integrations.vllm_v1.vllm_surface.names import (
+        AttentionMetadata,
+        ForwardContext,
+        KVCacheBlocks,
+        KVCacheConfig,
+        Request,
+        SchedulerOutput,
+        VllmConfig,
+    )
 
 _HIT_SOURCE = {CPU: CacheHitSource.HOST, DISK: CacheHitSource.DISK}
 
@@ -337,6 +341,4 @@ class KVTierConnector(KVConnectorBase_V1):
     def _worker_directory(self) -> str | None:
         if self.config.disk_path is None:
             return None
-        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-
-        return f"{self.config.disk_path}/rank{get_tensor_model_parallel_rank()}"
+        return f"{self.config.disk_path}/rank{tensor_parallel_rank()}"

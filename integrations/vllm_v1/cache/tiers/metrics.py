@@ -19,10 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
-    KVConnectorPromMetrics,
-    KVConnectorStats,
-)
+from integrations.vllm_v1.vllm_surface.names import KVConnectorPromMetrics, KVConnectorStats
 
 GAUGES = {"blocks": "Blocks held, by tier"}
 TIER_COUNTERS = {"loaded_tokens": "Tokens loaded into the GPU cache, by source tier"}

@@ -1,0 +1,34 @@
+"""The workloads the benchmarks replay by name, and the tenant weights they assume.
+
+The library knows no tenant names: presets that weigh tenants take their weights
+as an argument. These are the weights of the built-in workloads' tenants.
+"""
+
+from __future__ import annotations
+
+import os
+
+from benchmarks.replay.datasets import BUILTIN_TRACES, load_trace
+from benchmarks.replay.enterprise import enterprise_trace
+from benchmarks.replay.trace import Trace
+
+TENANT_WEIGHTS = {
+    # `--tenants servegen` tiers (`assign_servegen_tenants`): Gold t0-t1, Silver t2-t4, Bronze t5-t6
+    "t0": 4.0, "t1": 4.0, "t2": 2.0, "t3": 2.0, "t4": 2.0, "t5": 1.0, "t6": 1.0,
+    # the `enterprise` workload's tenants
+    "acme-bank": 4.0, "globex-health": 4.0, "initech": 2.0, "umbrella": 2.0, "hooli": 2.0,
+    "piedpiper": 1.0, "vandelay": 1.0,
+}
+"""Gold 4, Silver 2, Bronze 1 for the tenants of the built-in workloads; others weigh 1."""
+
+WORKLOADS = (*BUILTIN_TRACES, "enterprise")
+"""Names `load_workload` accepts besides file paths."""
+
+
+def load_workload(name_or_path: str | os.PathLike[str], *, format: str = "auto",
+                  max_requests: int | None = None) -> Trace:
+    """A built-in trace, the synthetic ``enterprise`` workload, or a trace file (`load_trace`)."""
+    if name_or_path == "enterprise":
+        trace = enterprise_trace()
+        return trace if max_requests is None else trace.head(max_requests)
+    return load_trace(name_or_path, format=format, max_requests=max_requests)

@@ -1,0 +1,48 @@
+"""Which `SchedulerHook`\\ s a scheduler runs: one per set pipeline slot, plus any named in config.
+
+Adding a feature is one line here (slot -> hook class) and its hook; the scheduler
+itself does not change.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from integrations.vllm_v1.cache.eviction import EvictionHook
+from integrations.vllm_v1.cache.warming import CacheWarmingHook
+from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
+from integrations.vllm_v1.scheduling.hooks import SchedulerHook
+from integrations.vllm_v1.scheduling.start_gate import StartGateHook
+from integrations.vllm_v1.speculative.budget import DraftBudgetHook
+
+SLOT_HOOKS: tuple[tuple[str, Callable[[Any, Any], SchedulerHook]], ...] = (
+    ("start_gate", StartGateHook),
+    ("eviction", EvictionHook),
+    ("speculation", DraftBudgetHook),
+    ("warming", CacheWarmingHook),
+)
+"""Pipeline slot -> the hook that runs it, called as ``Hook(scheduler, policy)``, in call order."""
+
+
+def feature_hooks(scheduler: Any) -> list[SchedulerHook]:
+    """The hooks of ``scheduler.pipeline``'s set slots, then those its config names."""
+    pipeline = scheduler.pipeline
+    hooks = [make(scheduler, getattr(pipeline, slot)) for slot, make in SLOT_HOOKS
+             if getattr(pipeline, slot) is not None]
+    named = config_entry(scheduler.vllm_config.additional_config).get("hooks") or ()
+    return hooks + [_named_hook(path)(scheduler) for path in named]
+
+
+def _named_hook(path: object) -> Callable[[Any], SchedulerHook]:
+    if not isinstance(path, str) or ":" not in path:
+        raise PipelineConfigError(f"{CONFIG_KEY}.hooks: expected 'package.module:factory', "
+                                  f"got {path!r}")
+    module, attr = path.split(":", 1)
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as error:
+        raise PipelineConfigError(f"{CONFIG_KEY}.hooks: cannot import {path!r} ({error})"
+                                  ) from error

@@ -1,0 +1,84 @@
+"""`SchedulerHook`: how an optional feature plugs into `PolicyScheduler`.
+
+A feature (an eviction order, cache warming, a draft budget, a start gate, a step
+log, ...) is one hook object. The scheduler calls every hook at fixed points of a
+request's life and of each step; a hook overrides only the points it needs, and
+the scheduler calls a point only on the hooks that override it (a dispatch table
+built once), so an unused point costs nothing per step. Pipeline slots map to
+hooks in `integrations.vllm_v1.scheduling.features`; further hooks can be named in
+the configuration (``llm_serving_policies.hooks``: ``package.module:factory``, each
+called with the scheduler).
+
+Order of calls in one step: `before_schedule` (after the core has expired late
+requests and ordered the running list), vLLM's own ``schedule``, `after_schedule`;
+then `before_update` at the start of ``update_from_output``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from integrations.vllm_v1.metrics import PolicyMetrics
+
+
+class SchedulerHook:
+    """One optional feature of `PolicyScheduler`; every method is a no-op until overridden."""
+
+    def on_arrival(self, request: Any) -> None:
+        """A new request reached the scheduler (before admission; also rejected ones)."""
+
+    def on_admitted(self, request: Any, tenant: str) -> None:
+        """``request`` of ``tenant`` passed admission and is queued."""
+
+    def before_schedule(self, now: float) -> None:
+        """A step is about to be scheduled at ``now`` (the step's one clock reading)."""
+
+    def after_schedule(self, scheduler_output: Any) -> None:
+        """vLLM scheduled the step: ``scheduler_output`` is what it will run."""
+
+    def before_update(self, scheduler_output: Any, model_runner_output: Any) -> None:
+        """The step ran; its outputs are about to update the requests."""
+
+    @contextlib.contextmanager
+    def releasing(self, request: Any, *, preempted: bool) -> Iterator[None]:
+        """Around vLLM freeing ``request``'s blocks: preempted, or finished (maybe aborted)."""
+        yield
+
+    def pending(self) -> bool:
+        """Whether this hook has work although no request is queued (keeps the engine stepping)."""
+        return False
+
+    def refresh_metrics(self, metrics: PolicyMetrics) -> None:
+        """Set this feature's gauges (called when the scheduler refreshes its metrics)."""
+
+    def shutdown(self, now: float) -> None:
+        """The engine is shutting down."""
+
+
+POINTS = ("on_arrival", "on_admitted", "before_schedule", "after_schedule", "before_update",
+          "releasing", "pending", "refresh_metrics", "shutdown")
+"""The calls a hook may override."""
+
+
+class HookTable:
+    """For each point, the hooks (in order) that override it."""
+
+    def __init__(self, hooks: list[SchedulerHook]) -> None:
+        self.hooks = tuple(hooks)
+        for point in POINTS:
+            base = getattr(SchedulerHook, point)
+            setattr(self, point, tuple(
+                getattr(h, point) for h in hooks if getattr(type(h), point) is not base))
+
+    def released(self, request: Any, *, preempted: bool) -> contextlib.AbstractContextManager:
+        """All `SchedulerHook.releasing` contexts of the hooks, entered in order."""
+        releasing = self.releasing  # type: ignore[attr-defined]
+        if not releasing:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for enter in releasing:
+            stack.enter_context(enter(request, preempted=preempted))
+        return stack
