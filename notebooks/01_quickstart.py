@@ -90,9 +90,9 @@ assert qos["by_class"]["short"]["ttft_p99_s"] < fcfs["by_class"]["short"]["ttft_
 # The same `pipeline` object runs inside a live engine:
 #
 # ```python
-# from integrations.vllm_v1 import llm, serve
+# from integrations.vllm_v1 import build_llm, serve
 #
-# engine = llm(pipeline, model="path/to/model")          # a vllm.LLM with PolicyScheduler
+# llm = build_llm(pipeline, model="path/to/model")      # a vllm.LLM with PolicyScheduler
 # server = serve(pipeline, "path/to/model", port=8000)  # vLLM's OpenAI server
 # server.wait_until_healthy()
 # ```

@@ -216,12 +216,12 @@ assert max(chunks) == 2048 and sum(chunks) == 6000  # the bucket capped the Bron
 # The three policies compose in one `Pipeline`; the same object runs inside a live engine:
 #
 # ```python
-# from integrations.vllm_v1 import Pipeline, llm
+# from integrations.vllm_v1 import Pipeline, build_llm
 # from policies import MLFQ, QoSRanker, TokenBucket
 #
 # pipeline = Pipeline(levels=MLFQ(), ranking=QoSRanker(), rate=TokenBucket())
-# engine = llm(pipeline, model="path/to/model")         # a vllm.LLM with PolicyScheduler
-# outputs = engine.generate(prompts, sampling_params, priority=[-1, 0, 1])
+# llm = build_llm(pipeline, model="path/to/model")      # a vllm.LLM with PolicyScheduler
+# outputs = llm.generate(prompts, sampling_params, priority=[-1, 0, 1])
 # ```
 #
 # or behind vLLM's OpenAI server: `python -m integrations.vllm_v1.serving --pipeline mlfq

@@ -26,8 +26,16 @@ from benchmarks.replay.metrics import summarize
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.presets import default_pipeline
 from integrations.vllm_v1.instruments import EngineShape
-from integrations.vllm_v1.serving.http_status import rejection_status
-from policies import WFQ, AdmissionController, EDFRanker, KVWatermarks, LoadSnapshot, RequestView
+from integrations.vllm_v1.rejection import Rejection
+from policies import (
+    WFQ,
+    AdmissionController,
+    AdmissionDecision,
+    EDFRanker,
+    KVWatermarks,
+    LoadSnapshot,
+    RequestView,
+)
 
 # %% [markdown]
 # ## The policies in Python
@@ -136,7 +144,8 @@ print(f"8 waiting, drain rate {gate.drain_rate_rps(40.0):.2f} req/s:",
                       load(40.0, waiting=8))))
 print(gate.stats(now=40.0))
 gate.check_invariants()
-print({reason: rejection_status(reason) for reason in ("class_full:bronze", "queue_full")})
+print({reason: Rejection.from_decision(AdmissionDecision.reject(reason, 1.0)).http_status
+       for reason in ("class_full:bronze", "queue_full")})
 
 # %% [markdown]
 # ### `KVWatermarks`: admission by KV usage

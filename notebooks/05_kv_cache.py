@@ -82,11 +82,11 @@ assert order.segment_of("sys") is Segment.PROTECTED
 # scheduler (no vLLM code is patched); `LRU()` there reproduces stock vLLM exactly:
 #
 # ```python
-# from integrations.vllm_v1 import Pipeline, llm
+# from integrations.vllm_v1 import Pipeline, build_llm
 # from policies import SegmentedLRU
 #
-# engine = llm(Pipeline(eviction=SegmentedLRU()), model="path/to/model",
-#              enable_prefix_caching=True)
+# llm = build_llm(Pipeline(eviction=SegmentedLRU()), model="path/to/model",
+#                 enable_prefix_caching=True)
 # ```
 #
 # The full sweep is `python -m benchmarks.cache_replay --trace mooncake-conv --cache-blocks 500
@@ -151,7 +151,7 @@ assert abs(blocks_by_source["gpu"] / total - rate[("lru", 2000)]) < 0.01
 # In vLLM the tiers run in our KV connector, `KVTierConnector`: every block that fills is
 # copied to the CPU tier after its step, so a **preempted request resumes by loading its
 # blocks** instead of recomputing them, and a prompt the GPU cache evicted is loaded from CPU
-# or disk. Enable it with one engine argument (it composes with `llm(pipeline, ...)`):
+# or disk. Enable it with one engine argument (it composes with `build_llm(pipeline, ...)`):
 #
 # ```python
 # from integrations.vllm_v1.cache.tiers.config import KVTierConfig

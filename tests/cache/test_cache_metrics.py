@@ -15,8 +15,8 @@ def make():
 
 
 def refresh(metrics, order):
-    metrics.refresh(waiting=[], running=[], fairness=None, watermarks=None, kv_usage=0.0,
-                    eviction=order.stats())
+    metrics.refresh(waiting=[], running=[], fairness=None, watermarks=None, kv_usage=0.0)
+    metrics.eviction(order.stats())
 
 
 def test_eviction_gauges_and_counters_follow_the_orders_stats():
@@ -53,7 +53,7 @@ def test_prefix_hits_by_tenant_through_the_scheduler():
     harness = SchedulerHarness.build(Pipeline(eviction=SegmentedLRU()),
                                      shape=EngineShape(num_blocks=64, max_model_len=1024))
     registry = CollectorRegistry()
-    harness.scheduler._metrics = PolicyMetrics(registry=registry)
+    harness.scheduler.metrics = PolicyMetrics(registry=registry)
     prompt = [5 + i % 50 for i in range(160)]
     for request_id, tenant in [("a", "acme"), ("b", "acme"), ("c", "globex")]:
         harness.add_request(request_id, prompt + [len(request_id)], 1,

@@ -2,20 +2,13 @@
 
 from prometheus_client import CollectorRegistry
 
-from integrations.vllm_v1.metrics import MAX_TENANT_LABELS, PolicyMetrics, reason_label
+from integrations.vllm_v1.metrics import MAX_TENANT_LABELS, PolicyMetrics
 from policies import WFQ, KVWatermarks
 
 
 def make():
     registry = CollectorRegistry()
     return PolicyMetrics(refresh_interval_s=1.0, registry=registry), registry
-
-
-def test_reason_label_keeps_the_reason_up_to_its_detail():
-    assert reason_label("queue_full") == "queue_full"
-    assert reason_label("invalid_metadata: priority must be ...") == "invalid_metadata"
-    assert reason_label("class_full:gold") == "class_full"
-    assert reason_label("") == "unknown"
 
 
 def test_counters_add_up_by_reason_and_tenant():

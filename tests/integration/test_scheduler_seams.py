@@ -5,8 +5,8 @@ from vllm.v1.engine import FinishReason
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
-from integrations.vllm_v1.scheduling.scheduler import rejection_stop_reason
-from policies import AdmissionDecision, QoSRanker, QueueDepthLimit
+from integrations.vllm_v1.rejection import Rejection
+from policies import QoSRanker, QueueDepthLimit
 
 
 def drain(harness, limit=5000):
@@ -64,7 +64,7 @@ def test_rejected_requests_finish_with_a_reason_and_never_enter_the_engine():
     assert sorted(rejected) == ["r2", "r3"]
     for out in rejected.values():
         assert out.finish_reason == FinishReason.ABORT
-        assert out.stop_reason == rejection_stop_reason(AdmissionDecision.reject("queue_full", 3))
+        assert out.stop_reason == Rejection(reason="queue_full", retry_after_s=3).stop_reason
     assert sorted(result.finished_request_ids + tuple(drain(harness))) == ["r0", "r1", "r2", "r3"]
 
 

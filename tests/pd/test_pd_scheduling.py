@@ -87,5 +87,5 @@ def test_role_presets_run_on_the_one_policy_scheduler_with_their_engine_limits()
             "integrations.vllm_v1.scheduling.scheduler.AsyncPolicyScheduler")
     assert PD_PREFILL.vllm_args() == ("--max-num-batched-tokens", "16384")
     assert STOCK.vllm_args() == ()
-    assert resolve_pipeline("pd-decode") == PD_DECODE.pipeline
-    assert resolve_pipeline("pd-prefill") == PD_PREFILL.pipeline
+    assert repr(resolve_pipeline("pd-decode")) == repr(PD_DECODE.pipeline)
+    assert repr(resolve_pipeline("pd-prefill")) == repr(PD_PREFILL.pipeline)

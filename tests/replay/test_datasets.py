@@ -72,7 +72,7 @@ def test_max_requests_keeps_the_earliest(builtin):
         (
             {"name_or_path": "azure-chat"},
             "unknown trace 'azure-chat': not a file and not a built-in name "
-            "(azure-code, azure-conv, mooncake-conv, enterprise)",
+            "(azure-code, azure-conv, mooncake-conv)",
         ),
         ({"name_or_path": "azure-conv", "format": "csv"}, "format must be one of auto, jsonl, "
          "azure, mooncake, got 'csv'"),
@@ -229,8 +229,9 @@ def test_tenant_count_must_fit_the_client_pool(builtin, num_tenants):
 
 def test_enterprise_workload_is_deterministic_and_has_seven_tiered_tenants():
     from benchmarks.replay.enterprise import TENANTS, enterprise_trace
+    from benchmarks.replay.workloads import load_workload
 
-    trace = load_trace("enterprise")
+    trace = load_workload("enterprise")
     assert trace == enterprise_trace(seed=0)
     assert trace != enterprise_trace(seed=1)
     tenants = {r.tenant for r in trace.requests}
