@@ -38,6 +38,6 @@ def build_llm(pipeline: Pipeline, **kwargs: Any) -> LLM:
 def _schedules_async(kwargs: dict[str, Any]) -> bool:
     if kwargs.get("async_scheduling") is not None:
         return bool(kwargs["async_scheduling"])
-    from integrations.vllm_v1.vllm_surface import platform_is_cpu
+    from integrations.vllm_v1.vllm_surface.names import platform_is_cpu
 
     return not platform_is_cpu() and kwargs.get("speculative_config") is None
