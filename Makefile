@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install demo replay-demo test lint pytest notebooks docs-build docs serve overhead
+.PHONY: install demo replay-demo test lint pytest pure-tests notebooks docs-build docs serve overhead vllm-sources
 
 install: $(STAMP)
 
@@ -32,13 +32,35 @@ replay-demo: $(STAMP)
 	$(PY) -m benchmarks.replay --trace azure-conv --tenants servegen --rate-scale 4 \
 		--max-requests 2000 --systems fcfs,priority,pipeline:qos,pipeline:default --out $(OUT)/replay
 
-test: lint pytest notebooks docs-build
+test: lint pytest pure-tests notebooks docs-build
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check policies integrations benchmarks examples tests notebooks
 
-pytest: $(STAMP)
-	$(PY) -m pytest -q
+pytest: $(STAMP) vllm-sources
+	VLLM_SURFACE_REQUIRE=1 $(PY) -m pytest -q
+
+# vLLM 0.33.0's Python sources, for the surface test (its wheel needs CUDA torch, so it is
+# read, not imported): the wheel is downloaded without dependencies and only .py files kept.
+VLLM_033 := .cache/vllm-0.33.0
+vllm-sources: $(VLLM_033)/vllm/__init__.py
+
+$(VLLM_033)/vllm/__init__.py: $(STAMP)
+	mkdir -p .cache/wheels $(VLLM_033)
+	$(PY) -m pip download --no-deps --only-binary=:all: vllm==0.33.0 -d .cache/wheels
+	cd $(VLLM_033) && unzip -q -o ../wheels/vllm-0.33.0-*.whl 'vllm/*.py' 'vllm/**/*.py'
+
+# The pure `policies` tests on every other supported Python (no vLLM, no torch there).
+PURE_PYTHONS ?= 3.12 3.13
+PURE_TESTS := tests/policies tests/cache/test_eviction_policy.py tests/cache/test_kv_tier_policy.py \
+	tests/pd/test_pd_router.py tests/speculative/test_automaton.py tests/speculative/test_drafter.py
+pure-tests:
+	for v in $(PURE_PYTHONS); do \
+		py=$$(command -v python$$v || echo $$(pyenv prefix $$v 2>/dev/null)/bin/python); \
+		test -x .venv-py$$v/bin/python || $$py -m venv .venv-py$$v || exit 1; \
+		.venv-py$$v/bin/pip install -q -e '.[test]' || exit 1; \
+		.venv-py$$v/bin/python -m pytest -q -p no:cacheprovider $(PURE_TESTS) || exit 1; \
+	done
 
 notebooks: $(STAMP)
 	$(PY) -m pytest -q --nbmake --nbmake-timeout=600 notebooks

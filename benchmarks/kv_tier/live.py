@@ -30,7 +30,7 @@ def run_round(llm: Any, texts: list[str], max_tokens: int, tag: str) -> dict[str
     that gave it none although it had started (it was preempted): that step's duration is
     its resume-to-next-token time (a recompute or a tier load happens in that step).
     """
-    from vllm import SamplingParams
+    from integrations.vllm_v1.instruments import SamplingParams
 
     engine = llm.llm_engine
     params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
@@ -79,7 +79,7 @@ def metrics(llm: Any) -> dict[str, float]:
 def run_system(model: str, engine_kwargs: dict[str, Any], requests: int,
                max_tokens: int) -> dict[str, Any]:
     """Both rounds on one engine built with ``engine_kwargs``."""
-    from vllm import LLM
+    from integrations.vllm_v1.instruments import LLM
 
     llm = LLM(model=model, **engine_kwargs)
     texts = prompts(requests)

@@ -96,6 +96,6 @@ def test_qos_serves_the_urgent_short_request_before_the_relaxed_long_one(engines
 def test_offline_rejection_is_an_abort_with_its_reason_and_the_engine_keeps_serving(engines):
     finish_reason, stop_reason = engines["qos"]["rejected"]
     assert finish_reason == "abort"
-    assert stop_reason.startswith("rejected:invalid_metadata: priority must be between")
+    assert stop_reason.startswith("rejected:invalid_metadata:priority must be between")
     assert stop_reason.endswith(";retry_after_s=0")
     assert engines["qos"]["after_rejection"] == engines["qos"]["greedy"]

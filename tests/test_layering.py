@@ -1,0 +1,96 @@
+"""The layers' import directions, read from the source (``ast``): what imports what.
+
+policies <- integrations <- benchmarks; integrations never imports benchmarks;
+inside integrations only `integrations.vllm_v1.vllm_surface.names` imports vLLM;
+benchmarks never import vLLM (they use `integrations.vllm_v1.instruments`); no
+import cycle anywhere (module- or function-level; ``TYPE_CHECKING`` imports aside).
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("policies", "integrations", "benchmarks")
+SURFACE = "integrations.vllm_v1.vllm_surface.names"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+               and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    here = _module(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+GRAPH = {_module(path): _imports(path) for package in PACKAGES
+         for path in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _offenders(package: str, forbidden: tuple[str, ...], allowed: tuple[str, ...] = ()) -> list:
+    return sorted((module, target) for module, targets in GRAPH.items()
+                  if module.split(".")[0] == package and module not in allowed
+                  for target in targets if target.split(".")[0] in forbidden)
+
+
+@pytest.mark.parametrize(("package", "forbidden", "allowed"), [
+    ("policies", ("vllm", "torch", "integrations", "benchmarks"), ()),
+    ("integrations", ("benchmarks",), ()),
+    ("integrations", ("vllm",), (SURFACE,)),
+    ("benchmarks", ("vllm",), ()),
+])
+def test_imports_point_down_the_layers(package, forbidden, allowed):
+    assert _offenders(package, forbidden, allowed) == []
+
+
+def test_no_import_cycles():
+    # a module importing its own package's re-exports (``from policies.speculative import
+    # _kernels`` inside policies.speculative.automaton) is not a cycle worth breaking
+    own = {module: {t for t in targets if t in GRAPH and t != module
+                    and not module.startswith(t + ".")}
+           for module, targets in GRAPH.items()}
+    try:
+        tuple(graphlib.TopologicalSorter(own).static_order())
+    except graphlib.CycleError as error:
+        pytest.fail(f"import cycle: {' -> '.join(error.args[1])}")
+
+
+def test_the_layering_check_sees_a_violation(tmp_path, monkeypatch):
+    """The checks read real edges: one planted forbidden import is found."""
+    GRAPH["policies._planted"] = {"vllm.v1.request"}
+    try:
+        assert _offenders("policies", ("vllm",)) == [("policies._planted", "vllm.v1.request")]
+    finally:
+        del GRAPH["policies._planted"]
+
+
+def test_importing_policies_loads_no_vllm_or_torch():
+    code = ("import sys, policies\n"
+            "print(','.join(sorted(m for m in sys.modules if m.split('.')[0] in {'vllm', 'torch'})))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == ""
