@@ -98,6 +98,9 @@ class PolicyMetrics:
         self._warm_tokens = PromCounter("policies:cache_warm_tokens",
                                         "Prompt tokens prefilled by warm-up requests",
                                         registry=registry)
+        self._faults = PromCounter("policies:policy_faults",
+                                   "Exceptions a policy raised, contained (stock fallback), "
+                                   "by policy and seam", ["policy", "seam"], registry=registry)
         self._eviction_seen: dict[tuple[str, str], int] = {}
         """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
@@ -117,6 +120,10 @@ class PolicyMetrics:
     def rejected(self, reason: str) -> None:
         """A request was rejected; ``reason`` is a `Rejection` reason label."""
         self._rejections.labels(reason=reason).inc()
+
+    def policy_fault(self, policy: str, seam: str) -> None:
+        """``policy`` raised at ``seam`` and the scheduler fell back to stock behaviour."""
+        self._faults.labels(policy=policy, seam=seam).inc()
 
     def throttled(self, tenant: str, tokens: int) -> None:
         self._throttled.labels(tenant=self.tenant_label(tenant)).inc(tokens)

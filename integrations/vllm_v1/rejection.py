@@ -18,14 +18,17 @@ import attrs
 
 from policies import AdmissionDecision
 
+_LABEL = re.compile(r"[a-z_]+")
 _MESSAGE = re.compile(r"request rejected by the scheduler: (?P<reason>[a-z_]+)(?:: (?P<detail>[^;]*))?")
 _ENCODED = re.compile(
     r"^rejected:(?P<reason>[a-z_]+)(?::(?P<detail>[^;]*))?;retry_after_s=(?P<retry>[0-9.eE+-]+)$")
 
 CLIENT_ERRORS = frozenset({"invalid_metadata", "prompt_too_long"})
 """Reasons that retrying cannot fix: HTTP 400."""
-CLIENT_QUOTAS = frozenset({"class_full"})
-"""Reasons that are the client's own quota (``class_full``: its SLO class's queue is full): HTTP 429."""
+CLIENT_QUOTAS = frozenset({"class_full", "rate_limited"})
+"""Reasons that are the client's own quota: HTTP 429. ``class_full`` (`AdmissionController`:
+the request's SLO class has its share of the queue); ``rate_limited``, the label for a
+policy of yours that limits a client's rate. Every other reason is overload: 503."""
 
 
 @attrs.frozen(kw_only=True)
@@ -40,9 +43,13 @@ class Rejection:
 
     @classmethod
     def from_decision(cls, decision: AdmissionDecision) -> Rejection:
-        """The rejection an admission policy decided (``class_full:gold`` splits in two)."""
-        reason, _, detail = decision.reason.partition(":")
-        return cls(reason=reason, detail=detail.strip(), retry_after_s=decision.retry_after_s or 0.0)
+        """The rejection an admission policy decided: its reason's leading label is the
+        reason, the rest the detail (``class_full:gold``, ``rate_limited tenant=a``)."""
+        label = _LABEL.match(decision.reason)
+        reason = label[0] if label else "rejected"
+        detail = decision.reason[len(label[0]):] if label else decision.reason
+        return cls(reason=reason, detail=detail.lstrip(": "),
+                   retry_after_s=decision.retry_after_s or 0.0)
 
     @classmethod
     def parse(cls, stop_reason: object) -> Rejection | None:

@@ -38,7 +38,7 @@ def test_priority_and_tenant_reach_the_scheduler_and_overload_is_503(server):
          "vllm_xargs": {"tenant": "acme", "slo_class": "echo"}}, with_headers=True)
     assert status == 503, body
     assert headers["Retry-After"] == "3"  # 2.5 s, rounded up
-    assert "echo tenant=acme priority=3" in body["error"]["message"]
+    assert "echo: tenant=acme priority=3" in body["error"]["message"]
 
 
 def test_priority_header_reaches_the_scheduler_and_quota_is_429(server):

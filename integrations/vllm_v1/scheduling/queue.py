@@ -35,9 +35,13 @@ class PolicyRequestQueue(RequestQueue):
                  tenant_of: Callable[[Request], str] | None = None,
                  fairness: FairnessPolicy | None = None,
                  eligible: Callable[[list[str]], list[str]] | None = None,
-                 on_dispatched: Callable[[str, Request], None] | None = None) -> None:
+                 on_dispatched: Callable[[str, Request], None] | None = None,
+                 on_fault: Callable[[str, BaseException], None] | None = None) -> None:
         """``eligible`` narrows the backlogged tenants the fairness policy may pick from;
-        ``on_dispatched(tenant, request)`` charges a popped request if vLLM scheduled it."""
+        ``on_dispatched(tenant, request)`` charges a popped request if vLLM scheduled it;
+        with ``on_fault(seam, error)``, a fairness policy that raises is contained (the
+        oldest-queued tenant is served, charges and notices are skipped) instead of
+        propagating into vLLM's scheduling pass."""
         if fairness is not None and tenant_of is None:
             raise ValueError("a fairness policy needs tenant_of")
         self._key = key
@@ -45,6 +49,10 @@ class PolicyRequestQueue(RequestQueue):
         self._tenant_of = tenant_of if fairness is not None else None
         self._fairness = fairness
         self._on_dispatched = on_dispatched if fairness is not None else None
+        self._on_fault = on_fault
+        self._chosen: str | None = None
+        """The tenant the last pick chose, until the queue changes: a pop returns exactly
+        the request the peek before it showed (vLLM peeks, then pops)."""
         self._popped: list[tuple[str, Request]] = []
         self._heaps: dict[str, list[_Entry]] = {}
         self._size = 0
@@ -52,12 +60,13 @@ class PolicyRequestQueue(RequestQueue):
         self._prepended = itertools.count(-1, -1)
 
     def _push(self, request: Request, seq: int) -> None:
+        self._chosen = None
         tenant = self._tenant_of(request) if self._tenant_of else ""
         heap = self._heaps.get(tenant)
         if heap is None:  # a new tenant (one a pop emptied this step keeps its heap till `settle`)
             heap = self._heaps[tenant] = []
             if self._fairness is not None:
-                self._fairness.on_backlogged(tenant)
+                self._guarded(self._fairness.on_backlogged, tenant)
         heapq.heappush(heap, (self._key(request), seq, request))
         self._size += 1
 
@@ -66,17 +75,34 @@ class PolicyRequestQueue(RequestQueue):
             raise IndexError("the queue is empty")
         if self._fairness is None:
             return "", self._heaps[""]
+        if self._chosen is not None:
+            return self._chosen, self._heaps[self._chosen]
         self._dispatch_popped()  # picks see the service given earlier in the step
         backlogged = [t for t, heap in self._heaps.items() if heap]
-        if self._eligible is not None:
-            backlogged = self._eligible(backlogged)
-        tenant = self._fairness.select(backlogged)
+        try:
+            tenant = self._fairness.select(self._eligible(backlogged) if self._eligible
+                                           else backlogged)
+        except Exception as error:
+            if self._on_fault is None:
+                raise
+            self._on_fault("fairness", error)  # contained: the longest-queued tenant
+            tenant = min(backlogged, key=lambda t: self._heaps[t][0][2].arrival_time)
+        self._chosen = tenant
         return tenant, self._heaps[tenant]
 
+    def _guarded(self, call: Callable[..., Any], *args: Any) -> None:
+        try:
+            call(*args)
+        except Exception as error:
+            if self._on_fault is None:
+                raise
+            self._on_fault("fairness", error)
+
     def _emptied(self, tenant: str) -> None:
+        self._chosen = None
         del self._heaps[tenant]
         if self._fairness is not None:
-            self._fairness.on_idle(tenant)
+            self._guarded(self._fairness.on_idle, tenant)
 
     def add_request(self, request: Request) -> None:
         """Queue behind every equal-key request of its tenant already queued."""
@@ -101,6 +127,7 @@ class PolicyRequestQueue(RequestQueue):
         tenant, heap = self._front()
         request = heapq.heappop(heap)[2]
         self._size -= 1
+        self._chosen = None
         if self._fairness is not None:
             self._popped.append((tenant, request))
         elif not heap:
@@ -111,12 +138,13 @@ class PolicyRequestQueue(RequestQueue):
         popped, self._popped = self._popped, []
         if self._on_dispatched is not None:
             for tenant, request in popped:
-                self._on_dispatched(tenant, request)
+                self._guarded(self._on_dispatched, tenant, request)
 
     def settle(self) -> None:
         """End of a step: dispatch what was popped, and idle the tenants left with nothing
         queued (a request popped only to be skipped has been prepended back by now)."""
         self._dispatch_popped()
+        self._chosen = None
         for tenant in [t for t, heap in self._heaps.items() if not heap]:
             self._emptied(tenant)
 
@@ -130,6 +158,7 @@ class PolicyRequestQueue(RequestQueue):
 
     def remove_request(self, request: Request) -> None:
         """Remove one queued request; ``ValueError`` if it is not queued."""
+        self._chosen = None
         for tenant, heap in self._heaps.items():
             for index, entry in enumerate(heap):
                 if entry[2] is request:
@@ -147,6 +176,7 @@ class PolicyRequestQueue(RequestQueue):
         doomed = {request.request_id for request in requests}
         if not doomed:
             return
+        self._chosen = None
         for tenant in list(self._heaps):
             heap = self._heaps[tenant]
             kept = [entry for entry in heap if entry[2].request_id not in doomed]

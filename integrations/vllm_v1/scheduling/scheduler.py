@@ -41,6 +41,7 @@ import attrs
 from integrations.vllm_v1.config.spec import pipeline_from_additional_config
 from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.rejection import Rejection
+from integrations.vllm_v1.scheduling.faults import PolicyFaults
 from integrations.vllm_v1.scheduling.features import feature_hooks
 from integrations.vllm_v1.scheduling.hooks import HookTable
 from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
@@ -118,13 +119,16 @@ class PolicySchedulerMixin:
         self._block_quota = (pipeline.watermarks if isinstance(pipeline.watermarks, KVBlockQuota)
                              else None)
         self._ranks_under_load = isinstance(pipeline.ranking, LoadAwareRanking)
+        self.faults = PolicyFaults(pipeline.policies, self.metrics)
+        """Policy exceptions contained so far (`PolicyFaults`)."""
         self.waiting = PolicyRequestQueue(
             self._queue_key, self._tenant_of, pipeline.fairness,
             self._tenants_under_quota if pipeline.quotas is not None else None,
-            self._charge_dispatched)
+            self._charge_dispatched, on_fault=self.faults.record)
         self.kv_holding_waiting = PolicyRequestQueue(self._queue_key)
         self.hooks = HookTable(feature_hooks(self))
         """The optional features this pipeline turns on (`SchedulerHook`)."""
+        self.faults.add(self.hooks.hooks)
         _LOG.info("%s running policies [%s] with hooks [%s]", type(self).__name__,
                   ", ".join(type(p).__name__ for p in pipeline.policies),
                   ", ".join(type(h).__name__ for h in self.hooks.hooks))
@@ -150,7 +154,13 @@ class PolicySchedulerMixin:
     def _queue_key(self, request: Request) -> tuple[int, float]:
         levels = self.pipeline.levels
         tracked = self._tracked[request.request_id]
-        return levels.level(tracked.admitted) if levels is not None else 0, tracked.rank_key
+        if levels is None:
+            return 0, tracked.rank_key
+        try:
+            return levels.level(tracked.admitted), tracked.rank_key
+        except Exception as error:  # noqa: BLE001 - contained: level 0
+            self.faults.record("levels", error)
+            return 0, tracked.rank_key
 
     def _sort_running(self) -> None:
         """Service order, front first: on time before late, then the tenant's fairness
@@ -230,26 +240,50 @@ class PolicySchedulerMixin:
             return
         view = request_view(request, metadata)
         now = self.clock()
+        try:
+            rejection = self._admission(view, now)
+        except Exception as error:  # noqa: BLE001 - contained: admitted, as stock vLLM would
+            self.faults.record("admission", error)
+            rejection = None
+        if rejection is not None:
+            self._reject(request, rejection)
+            return
+        try:
+            view, rank_key = self._rank(request, view, now)
+        except Exception as error:  # noqa: BLE001 - contained: arrival order (stock fcfs)
+            self.faults.record("ranking", error)
+            rank_key = request.arrival_time
+        self._tracked[request.request_id] = _Tracked(metadata, rank_key, view)
+        super().add_request(request)
+        self._call("hooks", self.hooks.on_admitted, request, metadata.tenant)
+        self._call("observers", [o.on_admitted for o in self._observers], view, now)
+
+    def _admission(self, view: RequestView, now: float) -> Rejection | None:
         gates = [g for g in (self.pipeline.admission, self.pipeline.watermarks) if g is not None]
         load = self.load_snapshot(now) if gates else None
         for gate in gates:
             decision = gate.admit(view, load)
             if not decision.admitted:
-                self._reject(request, Rejection.from_decision(decision))
-                return
+                return Rejection.from_decision(decision)
+        return None
+
+    def _rank(self, request: Request, view: RequestView, now: float
+              ) -> tuple[RequestView, float]:
         ranking = self.pipeline.ranking
-        if self._ranks_under_load:  # cache-aware: the prefix hit on admission
-            view = attrs.evolve(view, cached_tokens=cached_prefix_tokens(self.kv_cache_manager,
-                                                                         request))
-            rank_key = ranking.rank_key_under_load(view, load or self.load_snapshot(now))
-        else:
-            rank_key = ranking.rank_key(view)
-        self._tracked[request.request_id] = _Tracked(metadata, rank_key, view)
-        super().add_request(request)
-        for on_admitted in self.hooks.on_admitted:
-            on_admitted(request, metadata.tenant)
-        for observer in self._observers:
-            observer.on_admitted(view, now)
+        if not self._ranks_under_load:
+            return view, ranking.rank_key(view)
+        # cache-aware: the prefix hit on admission
+        view = attrs.evolve(view, cached_tokens=cached_prefix_tokens(self.kv_cache_manager,
+                                                                     request))
+        return view, ranking.rank_key_under_load(view, self.load_snapshot(now))
+
+    def _call(self, seam: str, calls: Any, *args: Any) -> None:
+        """Call each of ``calls`` with ``args``; a raise is contained and the others still run."""
+        for call in calls:
+            try:
+                call(*args)
+            except Exception as error:  # noqa: BLE001 - contained
+                self.faults.record(seam, error)
 
     def _reject(self, request: Request, rejection: Rejection) -> None:
         self._rejected.append(_Rejected(request, rejection))
@@ -267,17 +301,22 @@ class PolicySchedulerMixin:
 
     def has_requests(self) -> bool:
         return (bool(self._rejected) or super().has_requests()
-                or any(pending() for pending in self.hooks.pending))
+                or any(self._pending(pending) for pending in self.hooks.pending))
+
+    def _pending(self, pending: Callable[[], bool]) -> bool:
+        try:
+            return pending()
+        except Exception as error:  # noqa: BLE001 - contained: no pending work
+            self.faults.record("hooks", error)
+            return False
 
     def shutdown(self) -> None:
-        for shutdown in self.hooks.shutdown:
-            shutdown(self.clock())
+        self._call("hooks", self.hooks.shutdown, self.clock())
         super().shutdown()
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any
                            ) -> dict[int, EngineCoreOutputs]:
-        for before_update in self.hooks.before_update:
-            before_update(scheduler_output, model_runner_output)
+        self._call("hooks", self.hooks.before_update, scheduler_output, model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         rejected, self._rejected = self._rejected, []
         for entry in rejected:
@@ -290,7 +329,10 @@ class PolicySchedulerMixin:
                     stop_reason=entry.rejection.stop_reason,
                 )
             )
-        self._refresh_metrics()
+        try:
+            self._refresh_metrics()
+        except Exception as error:  # noqa: BLE001 - contained: gauges left as they were
+            self.faults.record("metrics", error)
         return outputs
 
     # -- ordering, token caps and accounting ---------------------------------
@@ -301,16 +343,19 @@ class PolicySchedulerMixin:
         self._waiting_grants.clear()
         self._quota_usage = None
         self.max_num_active_reqs = self._configured_active_limit
-        if self._deadlines is not None:
-            self._expire_waiting()
-        if self.pipeline.reorders_requests or self._deadlines is not None:
-            self._sort_running()
-        self._load = self.load_snapshot(now) if self.pipeline.rate is not None else None
-        for before_schedule in self.hooks.before_schedule:
-            before_schedule(now)
+        self._load = None
+        try:
+            if self._deadlines is not None:
+                self._expire_waiting()
+            if self.pipeline.reorders_requests or self._deadlines is not None:
+                self._sort_running()  # a raising key leaves the list as it was (stock order)
+            if self.pipeline.rate is not None:
+                self._load = self.load_snapshot(now)
+        except Exception as error:  # noqa: BLE001 - contained: vLLM's order this step
+            self.faults.record("pre_step", error)
+        self._call("hooks", self.hooks.before_schedule, now)
         output = super().schedule(throttle_prefills)
-        for after_schedule in self.hooks.after_schedule:
-            after_schedule(output)
+        self._call("hooks", self.hooks.after_schedule, output)
         return output
 
     def _refresh_metrics(self) -> None:
@@ -332,7 +377,11 @@ class PolicySchedulerMixin:
         num_new_tokens = super()._reserve_prefill_lookahead(
             request, num_computed_tokens, num_new_tokens)
         if num_computed_tokens < request.num_prompt_tokens:  # decodes are never capped
-            num_new_tokens = self._capped_tokens(request, num_computed_tokens, num_new_tokens)
+            try:
+                num_new_tokens = self._capped_tokens(request, num_computed_tokens,
+                                                     num_new_tokens)
+            except Exception as error:  # noqa: BLE001 - contained: uncapped
+                self.faults.record("token_cap", error)
         if request.status is not RequestStatus.RUNNING:  # what it gets if vLLM now pops it
             self._waiting_grants[request.request_id] = (num_computed_tokens, num_new_tokens)
         return num_new_tokens
@@ -385,18 +434,24 @@ class PolicySchedulerMixin:
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         self.waiting.settle()
         self._quota_usage = None  # the step's picks are over
+        try:
+            self._after_step(scheduler_output)
+        except Exception as error:  # noqa: BLE001 - contained: this step is not accounted
+            self.faults.record("accounting", error)
+        super()._update_after_schedule(scheduler_output)
+
+    def _after_step(self, scheduler_output: Any) -> None:
         pipeline = self.pipeline
         if pipeline.rate or pipeline.levels or pipeline.fairness:
             self._account_service(scheduler_output.num_scheduled_tokens)
         for new in scheduler_output.scheduled_new_reqs if self._observers else ():
             view = self._view(self.requests[new.req_id])
-            for observer in self._observers:
-                observer.on_first_scheduled(view, self._now)
+            self._call("observers", [o.on_first_scheduled for o in self._observers], view,
+                       self._now)
         for new in scheduler_output.scheduled_new_reqs if self.metrics is not None else ():
             request = self.requests[new.req_id]  # hit rate by tenant: cached before this step
             self.metrics.prefix_hits(self._tenant_of(request), request.num_prompt_tokens,
-                                      new.num_computed_tokens)
-        super()._update_after_schedule(scheduler_output)
+                                     new.num_computed_tokens)
 
     def _account_service(self, num_scheduled_tokens: dict[str, int]) -> None:
         """Tell rate, levels and fairness what each request got this step (one pass, no view
@@ -427,7 +482,8 @@ class PolicySchedulerMixin:
     def _preempt_request(self, request: Request, timestamp: float,
                          drop_stale_output: bool = False) -> None:
         if self.pipeline.levels is not None:
-            self.pipeline.levels.on_preempted(self._tracked[request.request_id].admitted)
+            self._call("levels", [self.pipeline.levels.on_preempted],
+                       self._tracked[request.request_id].admitted)
         with self.hooks.released(request, preempted=True):
             super()._preempt_request(request, timestamp, drop_stale_output)
 
@@ -435,8 +491,8 @@ class PolicySchedulerMixin:
         tracked = self._tracked.pop(request.request_id, None)
         if tracked is not None and self._observers:
             view = request_view(request, tracked.metadata, tracked.admitted.cached_tokens)
-            for observer in self._observers:
-                observer.on_finished(view, self.clock())
+            self._call("observers", [o.on_finished for o in self._observers], view,
+                       self.clock())
         with self.hooks.released(request, preempted=False):
             return super()._free_request(request, delay_free_blocks)
 

@@ -1,0 +1,1 @@
+"""Shared test helpers (tests import these, never each other's test modules)."""
