@@ -133,7 +133,9 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
                     scheduler_cls: type[Scheduler] | None = None) -> Scheduler:
     """vLLM's stock `Scheduler` (``pipeline=None``) or a `PolicyScheduler`, with no model.
 
-    ``scheduler_cls`` overrides the class (e.g. `AsyncPolicyScheduler`).
+    ``stock_policy`` is vLLM's ``--scheduling-policy`` (a `PolicyScheduler` refuses
+    ``priority`` unless the pipeline is the identity); ``scheduler_cls`` overrides the
+    class (e.g. `AsyncPolicyScheduler`).
     """
     model_config = ModelConfig(
         model=str(scheduler_model_dir(shape.max_model_len)),
@@ -148,7 +150,7 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
         max_model_len=shape.max_model_len,
         enable_chunked_prefill=True,
         long_prefill_token_threshold=shape.long_prefill_token_threshold,
-        policy="fcfs" if pipeline is not None else stock_policy,
+        policy=stock_policy,
         is_encoder_decoder=False,
     )
     cache_config = CacheConfig(block_size=shape.block_size,

@@ -59,6 +59,10 @@ class PolicyRequestQueue(RequestQueue):
         self._appended = itertools.count(1)
         self._prepended = itertools.count(-1, -1)
 
+    def key(self, request: Request) -> Any:
+        """The order key of ``request`` (queued or not)."""
+        return self._key(request)
+
     def _push(self, request: Request, seq: int) -> None:
         self._chosen = None
         tenant = self._tenant_of(request) if self._tenant_of else ""

@@ -80,6 +80,11 @@ class _Tracked:
     `LoadAwareRanking` only); what level policies see (they read identity, not progress)."""
 
 
+def _stock_priority_key(request: Request) -> tuple[int, float, str]:
+    """vLLM's priority order (`Request.__lt__`): priority, then arrival, then request id."""
+    return request.priority, request.arrival_time, request.request_id
+
+
 @attrs.frozen
 class _Rejected:
     request: Request
@@ -119,19 +124,42 @@ class PolicySchedulerMixin:
         self._block_quota = (pipeline.watermarks if isinstance(pipeline.watermarks, KVBlockQuota)
                              else None)
         self._ranks_under_load = isinstance(pipeline.ranking, LoadAwareRanking)
+        queue_key = self._queue_key if self._honours_pipeline_order() else _stock_priority_key
         self.faults = PolicyFaults(pipeline.policies, self.metrics)
         """Policy exceptions contained so far (`PolicyFaults`)."""
         self.waiting = PolicyRequestQueue(
-            self._queue_key, self._tenant_of, pipeline.fairness,
+            queue_key, self._tenant_of, pipeline.fairness,
             self._tenants_under_quota if pipeline.quotas is not None else None,
             self._charge_dispatched, on_fault=self.faults.record)
-        self.kv_holding_waiting = PolicyRequestQueue(self._queue_key)
+        self.kv_holding_waiting = PolicyRequestQueue(queue_key)
         self.hooks = HookTable(feature_hooks(self))
         """The optional features this pipeline turns on (`SchedulerHook`)."""
         self.faults.add(self.hooks.hooks)
         _LOG.info("%s running policies [%s] with hooks [%s]", type(self).__name__,
                   ", ".join(type(p).__name__ for p in pipeline.policies),
                   ", ".join(type(h).__name__ for h in self.hooks.hooks))
+
+    def _honours_pipeline_order(self) -> bool:
+        """False under vLLM's ``priority`` policy, which only the identity pipeline accepts:
+        it then queues exactly as vLLM's priority queue does.
+
+        Raises:
+            ValueError: for ``priority`` with a pipeline that orders requests itself (two
+                rules at once: the pipeline's waiting order and vLLM's priority victim).
+        """
+        if self.scheduler_config.policy != "priority":
+            return True
+        pipeline = self.pipeline
+        if pipeline.reorders_requests or pipeline.deadline_policy is not None:
+            raise ValueError(
+                "--scheduling-policy priority cannot be combined with a pipeline that orders "
+                f"requests (ranking={type(pipeline.ranking).__name__}, levels="
+                f"{type(pipeline.levels).__name__ if pipeline.levels else None}, fairness="
+                f"{type(pipeline.fairness).__name__ if pipeline.fairness else None}): vLLM "
+                "would still pick preemption victims by priority while the pipeline orders "
+                "the queue. Use --scheduling-policy fcfs (the pipeline's ranking reads each "
+                "request's priority, e.g. QoSRanker) or the identity pipeline.")
+        return False
 
     # -- views, keys and load -------------------------------------------------
 
@@ -365,7 +393,7 @@ class PolicySchedulerMixin:
         if metrics is None or not (metrics.due(self.clock()) or not self.has_requests()):
             return
         metrics.refresh(
-            waiting=((self._tenant_of(r), self._queue_key(r)[0]) for r in self.waiting),
+            waiting=((self._tenant_of(r), self.waiting.key(r)[0]) for r in self.waiting),
             running=(self._tenant_of(r) for r in self.running),
             fairness=self.pipeline.fairness, watermarks=self._block_quota,
             kv_usage=self.kv_cache_manager.usage)

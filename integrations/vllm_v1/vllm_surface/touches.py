@@ -75,6 +75,8 @@ TOUCHES: tuple[Touch, ...] = (
               "num_prompt_tokens", "num_computed_tokens", "num_tokens", "max_tokens",
               "block_hashes", "sampling_params", "client_index", "status", "prompt_token_ids"),
     *_members("vllm.v1.request", "Request", "assign", "spec_token_ids"),
+    *_members("vllm.config", "SchedulerConfig", "read", "policy", "max_num_seqs",
+              "max_num_batched_tokens", "long_prefill_token_threshold"),
     *_members("vllm.config", "CacheConfig", "read", "prefix_caching_hash_algo",
               "enable_prefix_caching", "block_size"),
     Touch("vllm.v1.request", "RequestStatus", "read"),
