@@ -18,7 +18,6 @@ from tests.helpers.faulty import (
     FlakyRate,
 )
 
-
 SLOTS = {
     "ranking": (lambda: FlakyRanking(QoSRanker(), 3), "ranking"),
     "fairness": (lambda: FlakyFairness(WFQ(weights={"a": 2.0}), 5), "fairness"),
