@@ -40,6 +40,7 @@ from policies.metadata import (
     RequestMetadata,
     parse_request_metadata,
 )
+from policies.pd_planner import PDPlan, PDPlanner
 from policies.pd_router import (
     InstanceLoad,
     LeastLoadedRouter,
@@ -115,6 +116,7 @@ __all__ = [
     "RouteReason",
     "chain_keys",
     "DecodeKVGate",
+    "PDPlan", "PDPlanner",
     "EDFRanker",
     "EvictionOrder",
     "EvictionStats",

@@ -68,6 +68,8 @@ class InstanceLoad:
     """Requests generating tokens (or about to, e.g. KV on its way)."""
     kv_usage: float = attrs.field(default=0.0, validator=fraction)
     """Fraction of KV-cache blocks in use."""
+    ongoing_requests: int = attrs.field(default=0, validator=_non_negative_int)
+    """Requests on the instance or on their way to it, in any state (Ray Serve's queue length)."""
 
 
 class RouteReason(enum.Enum):

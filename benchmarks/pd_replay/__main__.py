@@ -1,15 +1,21 @@
 """``python -m benchmarks.pd_replay``: PD routers on a trace, against a colocated cluster.
 
-Example:
+Example (every router, two cluster sizes, the PD-aware presets):
 
-    python -m benchmarks.pd_replay --trace mooncake-conv --prefill 3 --decode 2 \\
-        --routers round_robin,least_loaded,pd_router --max-requests 1000 --out out/pd
+    python -m benchmarks.pd_replay --trace mooncake-conv \\
+        --routers round_robin,pow2,prefix_affinity,kv_overlap,pd_router \\
+        --topologies 2P2D,4P4D --scheduling pd --out out/pd
 
-``--scheduling stock,pd`` runs every router twice: with vLLM's stock scheduler on
-every instance, and with the PD-aware presets (`PD_PREFILL` on prefill instances,
-`PD_DECODE` on decode instances; rows named ``ROUTER+pd``). Writes
-``OUT/summary.json`` (one row per router and scheduling plus the colocated
-baseline with the same GPU count) and ``OUT/pd.png``, and prints a table.
+Routers: ``round_robin``, ``least_loaded`` and ``pd_router`` (`policies.pd_router`),
+and the routers users would pick instead (`benchmarks.pd_replay.routers`): ``pow2``
+(Ray Serve's default), ``prefix_affinity`` (Ray Serve LLM's prefix-cache affinity)
+and ``kv_overlap`` (Dynamo's KV cost). ``--scheduling stock,pd`` runs every router
+twice: with vLLM's stock scheduler on every instance, and with the PD-aware presets
+(`PD_PREFILL` on prefill instances, `PD_DECODE` on decode instances; rows named
+``ROUTER+pd``). Each topology also replays a colocated cluster of as many instances
+(least-loaded). ``--plan`` instead replays the split `PDPlanner` picks per window
+(see `benchmarks.pd_replay.planning`). Writes ``OUT/summary.json`` and plots, and
+prints a table.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
+import re
 from pathlib import Path
 
 import attrs
@@ -25,54 +31,47 @@ import matplotlib.pyplot as plt
 import numpy as np
 from tqdm import tqdm
 
-from benchmarks.pd_replay.cluster import (
-    KV_BYTES_PER_TOKEN,
-    ClusterRun,
-    TransferModel,
-    run_cluster,
+from benchmarks.pd_replay.cluster import KV_BYTES_PER_TOKEN, ClusterRun, TransferModel
+from benchmarks.pd_replay.goodput import DEFAULT_ITL_SLO_S
+from benchmarks.pd_replay.planning import format_plan, run_planning
+from benchmarks.pd_replay.setup import (
+    ROUTERS,
+    SCHEDULING,
+    ReplaySetup,
+    format_table,
+    make_router,
+    row,
 )
 from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import load_trace
-from benchmarks.replay.metrics import DEFAULT_SLOS, latency_summary
-from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL, STOCK
-from policies.pd_router import LeastLoadedRouter, PDRouter, RoundRobinRouter
+from benchmarks.replay.trace import Trace
 
-ROUTERS = ("round_robin", "least_loaded", "pd_router")
-SCHEDULING = {"stock": (STOCK, STOCK), "pd": (PD_PREFILL, PD_DECODE)}
-"""Prefill and decode roles by ``--scheduling`` name."""
-ROW_KEYS = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "goodput_rps")
+__all__ = ["ROUTERS", "SCHEDULING", "build_parser", "format_table", "main", "make_router",
+           "parse_topologies"]
 
-
-def make_router(name: str, prefill: list[str], decode: list[str], *, block_size: int,
-                kv_blocks: int, seed: int):
-    """``round_robin``, ``least_loaded`` or ``pd_router`` over the two pools."""
-    if name == "round_robin":
-        return RoundRobinRouter(prefill=prefill, decode=decode)
-    if name == "least_loaded":
-        return LeastLoadedRouter(prefill=prefill, decode=decode)
-    if name == "pd_router":
-        return PDRouter(prefill=prefill, decode=decode, block_size_tokens=block_size,
-                        rng=random.Random(seed), index_capacity_blocks=kv_blocks)
-    raise ValueError(f"unknown router {name!r}; choose from {', '.join(ROUTERS)}")
+DEFAULT_ROUTERS = ("round_robin", "least_loaded", "pow2", "prefix_affinity", "kv_overlap",
+                   "pd_router")
 
 
-def row(result: ClusterRun, router: str) -> dict:
-    """The summary row of one cluster run (the issue's keys first, then extras)."""
-    run = result.run
-    duration = run.makespan_s - min(r.arrival_s for r in run.records)
-    overall = latency_summary(run.records, DEFAULT_SLOS, duration)
-    return {"router": router, **{k: overall[k] for k in ROW_KEYS},
-            "kv_bytes_transferred": result.kv_bytes_transferred,
-            "kv_bytes_full_prompts": result.kv_bytes_full_prompts,
-            "completed": overall["completed"], "ttft_p90_s": overall["ttft_p90_s"],
-            "itl_jitter": overall["itl_jitter"], "slo_attainment": overall["slo_attainment"],
-            "transfers": result.transfers, "skipped_prefill": result.skipped_prefill,
-            "prefix_hit_rate": overall["prefix_hit_rate"], "preemptions": run.preemptions,
-            "wall_s": run.wall_s}
+def parse_topologies(text: str) -> list[tuple[int, int]]:
+    """``"2P2D,4P4D"`` -> ``[(2, 2), (4, 4)]`` (prefill, decode instances)."""
+    topologies = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)P(\d+)D", part.strip(), flags=re.IGNORECASE)
+        if not match or int(match[1]) < 1 or int(match[2]) < 1:
+            raise SystemExit(f"--topologies: {part!r} is not NPMD with N, M >= 1 (e.g. 2P2D)")
+        topologies.append((int(match[1]), int(match[2])))
+    return topologies
 
 
-def plot(results: list[ClusterRun], path: Path) -> None:
+def trace_window(trace: Trace, skip: int, count: int | None) -> Trace:
+    """Requests ``skip`` to ``skip + count`` by arrival (a window of the trace)."""
+    end = None if count is None else skip + count
+    return attrs.evolve(trace, requests=trace.requests[skip:end])
+
+
+def plot(results: list[ClusterRun], path: Path, title: str) -> None:
     """TTFT and ITL CDFs per system and KV bytes transferred."""
     fig, (ttft_ax, itl_ax, kv_ax) = plt.subplots(1, 3, figsize=(15, 3.8))
     for result in results:
@@ -83,13 +82,14 @@ def plot(results: list[ClusterRun], path: Path) -> None:
             ax.plot(np.maximum(values, 1e-4), np.arange(1, len(values) + 1) / len(values),
                     label=result.system)
     kv_ax.bar([r.system for r in results], [r.kv_bytes_transferred / 1e9 for r in results])
-    kv_ax.tick_params(axis="x", labelrotation=20)
-    for ax, title in ((ttft_ax, "TTFT CDF (s)"), (itl_ax, "inter-token latency CDF (s)")):
+    kv_ax.tick_params(axis="x", labelrotation=30)
+    for ax, name in ((ttft_ax, "TTFT CDF (s)"), (itl_ax, "inter-token latency CDF (s)")):
         ax.set_xscale("log")
-        ax.set_title(title)
+        ax.set_title(name)
         ax.grid(alpha=0.3)
     kv_ax.set_title("KV transferred (GB)")
-    itl_ax.legend(fontsize=8)
+    itl_ax.legend(fontsize=7)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -100,97 +100,125 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", default="mooncake-conv", help="built-in name or file path")
     parser.add_argument("--format", default="auto", help="auto, jsonl, azure or mooncake")
     parser.add_argument("--max-requests", type=int, default=1000)
+    parser.add_argument("--skip-requests", type=int, default=0,
+                        help="start the window this many requests into the trace")
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--prefill", type=int, default=3, help="prefill instances")
     parser.add_argument("--decode", type=int, default=2, help="decode instances")
-    parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--topologies", default=None,
+                        help="comma-separated NPMD (e.g. 2P2D,4P4D); overrides --prefill/--decode")
+    parser.add_argument("--routers", default=",".join(DEFAULT_ROUTERS),
+                        help=f"comma-separated, from {', '.join(ROUTERS)}")
     parser.add_argument("--scheduling", default="stock",
                         help="comma-separated: stock (vLLM fcfs) and/or pd (PD-aware presets)")
     parser.add_argument("--no-colocated", action="store_true",
                         help="skip the colocated baseline")
+    parser.add_argument("--decode-load", choices=("assigned", "arrived"), default="assigned",
+                        help="what a decode instance's load counts: requests routed to it "
+                             "(assigned) or only those whose KV reached it (arrived)")
+    parser.add_argument("--itl-slo-s", type=float, default=DEFAULT_ITL_SLO_S,
+                        help="per-request p99 inter-token gap bound of the ITL-bounded SLO")
     parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
     parser.add_argument("--link-gbytes-per-s", type=float, default=50.0,
                         help="decode ingress link bandwidth, GB/s")
     parser.add_argument("--kv-dtype", choices=sorted(KV_BYTES_PER_TOKEN), default="bf16",
                         help="KV cache dtype of both pools (fp8: vLLM's --kv-cache-dtype fp8 "
                              "on every instance), which sets the bytes sent per token")
+    plan = parser.add_argument_group("planning (--plan)")
+    plan.add_argument("--plan", action="store_true",
+                      help="replay the P:D split PDPlanner picks per window, against colocated")
+    plan.add_argument("--instances", type=int, default=None,
+                      help="instances to plan (default: the first topology's total)")
+    plan.add_argument("--plan-window-s", type=float, default=120.0)
+    plan.add_argument("--plan-router", default="pd_router", help="router of the planned split")
+    plan.add_argument("--plan-itl-slo", action=argparse.BooleanOptionalAction, default=True,
+                      help="plan for the ITL-bounded SLO (else throughput alone)")
+    plan.add_argument("--static-splits", action="store_true",
+                      help="also replay every fixed split of the instances")
     add_engine_shape_arguments(parser, max_model_len=131072)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     return parser
 
 
+def _setup(args: argparse.Namespace, trace: Trace, bar: tqdm) -> ReplaySetup:
+    shape = engine_shape(args)
+    router_block = trace.block_size or args.block_size
+    return ReplaySetup(
+        cost_model=StepCostModel.preset(args.gpu),
+        transfer=TransferModel(link_bytes_per_s=args.link_gbytes_per_s * 1e9,
+                               kv_bytes_per_token=KV_BYTES_PER_TOKEN[args.kv_dtype]),
+        shape=shape, router_block=router_block,
+        index_blocks=args.kv_blocks * args.block_size // router_block, seed=args.seed,
+        report_assigned=args.decode_load == "assigned", itl_slo_s=args.itl_slo_s, bar=bar)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
-    trace = load_trace(args.trace, format=args.format,
-                       max_requests=args.max_requests).scaled(args.rate_scale)
-    cost_model = StepCostModel.preset(args.gpu)
-    transfer = TransferModel(link_bytes_per_s=args.link_gbytes_per_s * 1e9,
-                             kv_bytes_per_token=KV_BYTES_PER_TOKEN[args.kv_dtype])
-    shape = engine_shape(args)
-    # A decode instance installs a transferred prompt in one step, as a connector load does.
-    decode_shape = attrs.evolve(shape, max_num_batched_tokens=args.max_model_len)
-    prefill = [f"prefill{i}" for i in range(args.prefill)]
-    decode = [f"decode{i}" for i in range(args.decode)]
-    router_block = trace.block_size or args.block_size
-
-    def cluster(system: str, router, prefill_pool, decode_pool, decode_engine,
-                scheduling: str = "stock") -> ClusterRun:
-        prefill_role, decode_role = SCHEDULING[scheduling]
-        with tqdm(total=len(trace.requests), desc=system, unit="req") as bar:
-            return run_cluster(trace, router, system, prefill=prefill_pool, decode=decode_pool,
-                               prefill_shape=shape, decode_shape=decode_engine,
-                               cost_model=cost_model, transfer=transfer,
-                               prefill_role=prefill_role, decode_role=decode_role,
-                               progress=bar.update)
-
     schedulings = args.scheduling.split(",")
     if unknown := set(schedulings) - set(SCHEDULING):
         raise SystemExit(f"unknown --scheduling {sorted(unknown)}; choose from stock, pd")
-    results = [cluster(name if scheduling == "stock" else f"{name}+{scheduling}",
-                       make_router(name, prefill, decode, block_size=router_block,
-                                   kv_blocks=args.kv_blocks * args.block_size // router_block,
-                                   seed=args.seed),
-                       prefill, decode, decode_shape, scheduling)
-               for name in args.routers.split(",") for scheduling in schedulings]
-    summary = {"trace": trace.name, "config": {
-        "requests": len(trace.requests), "rate_scale": args.rate_scale,
-        "prefill": args.prefill, "decode": args.decode, "gpu": args.gpu,
-        "scheduling": schedulings,
-        "transfer": attrs.asdict(transfer), "engine": attrs.asdict(shape)},
-        "results": [row(r, r.system) for r in results]}
-    if not args.no_colocated:
-        everyone = [f"colocated{i}" for i in range(args.prefill + args.decode)]
-        colocated = cluster("colocated", LeastLoadedRouter(prefill=(), decode=everyone), [],
-                            everyone, shape)
-        results.append(colocated)
-        summary["colocated"] = row(colocated, "colocated:least_loaded")
+    routers = args.routers.split(",")
+    if unknown := [r for r in routers if r not in ROUTERS]:
+        raise SystemExit(f"unknown --routers {unknown}; choose from {', '.join(ROUTERS)}")
+    topologies = (parse_topologies(args.topologies) if args.topologies
+                  else [(args.prefill, args.decode)])
+    trace = trace_window(load_trace(args.trace, format=args.format),
+                         args.skip_requests, args.max_requests).scaled(args.rate_scale)
     args.out.mkdir(parents=True, exist_ok=True)
+    config = {"requests": len(trace.requests), "skip_requests": args.skip_requests,
+              "rate_scale": args.rate_scale, "gpu": args.gpu, "scheduling": schedulings,
+              "decode_load": args.decode_load, "itl_slo_s": args.itl_slo_s,
+              "link_gbytes_per_s": args.link_gbytes_per_s, "kv_dtype": args.kv_dtype,
+              "engine": attrs.asdict(engine_shape(args))}
+    if args.plan:
+        instances = args.instances or sum(topologies[0])
+        with tqdm(desc="plan", unit="req") as bar:
+            summary = run_planning(trace, _setup(args, trace, bar), instances=instances,
+                                   window_s=args.plan_window_s, router=args.plan_router,
+                                   scheduling=schedulings[0],
+                                   itl_slo_s=args.itl_slo_s if args.plan_itl_slo else None,
+                                   static_splits=args.static_splits, out=args.out)
+        summary = {"trace": trace.name, "config": config, "plan": summary}
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        print(format_plan(summary["plan"]))
+        print(f"\nwrote summary.json and plan.png to {args.out}")
+        return summary
+
+    runs = len(topologies) * (len(routers) * len(schedulings) + (not args.no_colocated))
+    summary: dict = {"trace": trace.name, "config": config, "topologies": {}, "results": []}
+    with tqdm(total=runs * len(trace.requests), unit="req") as bar:
+        setup = _setup(args, trace, bar)
+        for prefill_count, decode_count in topologies:
+            topology = f"{prefill_count}P{decode_count}D"
+            prefill = [f"prefill{i}" for i in range(prefill_count)]
+            decode = [f"decode{i}" for i in range(decode_count)]
+            results = [setup.run(trace, f"{name}" if scheduling == "stock"
+                                 else f"{name}+{scheduling}", setup.router(name, prefill, decode),
+                                 prefill, decode, scheduling, label=topology)
+                       for name in routers for scheduling in schedulings]
+            rows = [row(r, r.system, setup.itl_slo_s) for r in results]
+            entry = {"results": rows}
+            if not args.no_colocated:
+                everyone = [f"colocated{i}" for i in range(prefill_count + decode_count)]
+                colocated = setup.run(trace, "colocated", setup.router("least_loaded", [],
+                                                                          everyone),
+                                      [], everyone, "stock", label=topology)
+                results.append(colocated)
+                entry["colocated"] = row(colocated, "colocated:least_loaded", setup.itl_slo_s)
+            plot_name = f"pd_{topology}.png"
+            plot(results, args.out / plot_name, f"{trace.name}, {topology}")
+            entry["plot"] = plot_name
+            summary["topologies"][topology] = entry
+            summary["results"] += [{"topology": topology, **r} for r in rows]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot(results, args.out / "pd.png")
-    print(format_table(summary["results"] + ([summary["colocated"]] if "colocated" in summary
-                                             else [])))
-    print(f"\nwrote summary.json and pd.png to {args.out}")
+    for topology, entry in summary["topologies"].items():
+        print(f"\n{trace.name}, {topology} ({len(trace.requests)} requests)")
+        print(format_table(entry["results"] + ([entry["colocated"]] if "colocated" in entry
+                                               else [])))
+    print(f"\nwrote summary.json and plots to {args.out}")
     return summary
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:,.1f}"
-
-
-def format_table(rows: list[dict]) -> str:
-    """One line per router: latency percentiles (ms), goodput, GB of KV sent."""
-    header = (f"{'router':<24}{'TTFT p50':>10}{'TTFT p99':>10}{'ITL p50':>9}{'ITL p99':>9}"
-              f"{'p99/p50':>8}{'goodput':>9}{'KV GB':>8}{'skipped':>8}")
-    lines = [header + "   (times in ms)", "-" * len(header)]
-    for r in rows:
-        lines.append(f"{r['router']:<24}{_ms(r['ttft_p50_s']):>10}{_ms(r['ttft_p99_s']):>10}"
-                     f"{_ms(r['itl_p50_s']):>9}{_ms(r['itl_p99_s']):>9}"
-                     f"{r['itl_jitter'] or 0:>8.2f}"
-                     f"{r['goodput_rps'] or 0:>9.2f}{r['kv_bytes_transferred'] / 1e9:>8.1f}"
-                     f"{r['skipped_prefill']:>8}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

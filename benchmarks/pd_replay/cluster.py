@@ -83,12 +83,17 @@ class _Instance:
     harness: SchedulerHarness
     decodes: bool
     """A decode (or colocated) instance: its waiting requests will decode here."""
+    reports_assigned: bool = True
+    """Its load counts requests routed here that are still being prefilled."""
     free_tokens: dict[str, int] = attrs.field(factory=dict)
     """Prompt tokens that arrived by transfer, per request (priced as cached)."""
     incoming: int = 0
     """Requests whose KV is on the way here."""
     incoming_tokens: int = 0
     """Prompt tokens of those requests (they will occupy KV here)."""
+    assigned: int = 0
+    """Requests routed here whose prompt is still on a prefill instance."""
+    assigned_tokens: int = 0
     link_free_s: float = 0.0
     stepping: bool = False
     """A step event is queued (the instance is busy until it runs)."""
@@ -96,23 +101,27 @@ class _Instance:
     steps: int = 0
 
     def load(self) -> InstanceLoad:
-        """Queued prompt tokens it must compute, decodes and KV usage (running and incoming).
+        """Queued prompt tokens it must compute, decodes, KV usage and ongoing requests.
 
         On a decode instance, waiting requests (e.g. held back by a `DecodeKVGate`) count
-        as decodes and their prompts as KV, as transfers on the way do.
+        as decodes and their prompts as KV, as transfers on the way do and requests
+        routed here whose prompt is still being prefilled (the router sent them here).
         """
         scheduler = self.harness.scheduler
         capacity_tokens = self.harness.kv_capacity_tokens
         queued = sum(max(0, r.num_prompt_tokens - max(r.num_computed_tokens,
                                                          self.free_tokens.get(r.request_id, 0)))
                      for r in scheduler.requests.values())
-        decodes, committed_tokens = len(scheduler.running) + self.incoming, self.incoming_tokens
+        on_the_way = self.incoming + (self.assigned if self.reports_assigned else 0)
+        decodes, committed_tokens = (len(scheduler.running) + on_the_way, self.incoming_tokens
+                                     + (self.assigned_tokens if self.reports_assigned else 0))
         if self.decodes:
             decodes += len(scheduler.waiting)
             committed_tokens += sum(r.num_tokens for r in scheduler.waiting)
         return InstanceLoad(queued_prefill_tokens=queued, running_decodes=decodes,
                             kv_usage=min(1.0, max(0.0, scheduler.get_kv_cache_usage()
-                                                  + committed_tokens / capacity_tokens)))
+                                                  + committed_tokens / capacity_tokens)),
+                            ongoing_requests=len(scheduler.requests) + on_the_way)
 
     def cached_blocks(self, block_hashes: Sequence[object]) -> int:
         """Leading blocks of ``block_hashes`` in this instance's prefix cache."""
@@ -198,6 +207,9 @@ class _Cluster:
         else:
             sent = self.submit(self.prefill[decision.prefill], now, req_id, 1)
             self._hashes[req_id] = list(sent.block_hashes)
+            decode = self.decode[decision.decode]
+            decode.assigned += 1
+            decode.assigned_tokens += request.prompt_tokens
 
     def prefilled(self, now: float, req_id: str) -> None:
         decode = self.decode[self._route[req_id].decode]
@@ -207,6 +219,8 @@ class _Cluster:
         num_bytes = sent_blocks * block_size * self.transfer.kv_bytes_per_token
         start = max(now, decode.link_free_s)
         decode.link_free_s = start + self.transfer.seconds(num_bytes)
+        decode.assigned -= 1
+        decode.assigned_tokens -= self.records[req_id].prompt_tokens
         decode.incoming += 1
         decode.incoming_tokens += self.records[req_id].prompt_tokens
         self.kv_bytes += num_bytes
@@ -261,18 +275,23 @@ def run_cluster(trace: Trace, router: Router, system: str, *, prefill: Sequence[
                 decode: Sequence[str], prefill_shape: EngineShape, decode_shape: EngineShape,
                 cost_model: StepCostModel, transfer: TransferModel,
                 prefill_role: PDRole = STOCK, decode_role: PDRole = STOCK,
+                report_assigned: bool = True,
                 progress: Callable[[int], None] | None = None) -> ClusterRun:
     """Replay ``trace`` through the cluster; every request completes or the run fails.
 
     ``prefill`` may be empty (a colocated cluster: the router must then skip prefill).
     Each instance schedules as its role says (`PDRole`; default vLLM's stock ``fcfs``).
+    ``report_assigned``: a decode instance's load counts the requests routed to it whose
+    prompt is still on a prefill instance (what a router that picks both at arrival has
+    sent there); False counts only what reached it, as `PDProxy`'s in-flight counts do.
     """
     started = time.perf_counter()
     cluster = _Cluster(
         trace, router, cost_model, transfer,
         prefill={n: _Instance(n, role_harness(prefill_role, prefill_shape), decodes=False)
                  for n in prefill},
-        decode={n: _Instance(n, role_harness(decode_role, decode_shape), decodes=True)
+        decode={n: _Instance(n, role_harness(decode_role, decode_shape), decodes=True,
+                             reports_assigned=report_assigned)
                 for n in decode})
     for index, request in enumerate(trace.requests):
         cluster.push(request.arrival_s, "arrive", index)

@@ -79,15 +79,24 @@ def test_command_line_writes_the_summary(tmp_path):
 
     path = tmp_path / "conv.jsonl"
     write_jsonl(conversations(num=3, turns=2), path)
-    summary = main(["--trace", str(path), "--prefill", "1", "--decode", "1", "--kv-blocks",
+    summary = main(["--trace", str(path), "--topologies", "1P1D,2P1D", "--kv-blocks",
                     "2048", "--max-model-len", "4096", "--out", str(tmp_path / "out")])
-    assert [r["router"] for r in summary["results"]] == ["round_robin", "least_loaded",
-                                                         "pd_router"]
+    assert list(summary["topologies"]) == ["1P1D", "2P1D"]
+    routers = ["round_robin", "least_loaded", "pow2", "prefix_affinity", "kv_overlap",
+               "pd_router"]
     keys = {"router", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "goodput_rps",
-            "kv_bytes_transferred"}
-    assert all(keys <= set(r) for r in summary["results"])
-    assert keys <= set(summary["colocated"])
-    assert (tmp_path / "out" / "summary.json").exists() and (tmp_path / "out" / "pd.png").exists()
+            "goodput_itl_rps", "kv_bytes_transferred"}
+    for topology, entry in summary["topologies"].items():
+        assert [r["router"] for r in entry["results"]] == routers
+        assert all(keys <= set(r) and r["completed"] == 6 for r in entry["results"])
+        assert keys <= set(entry["colocated"])
+        assert (tmp_path / "out" / entry["plot"]).exists() and topology in entry["plot"]
+    assert [r["topology"] for r in summary["results"]] == ["1P1D"] * 6 + ["2P1D"] * 6
+    assert (tmp_path / "out" / "summary.json").exists()
+    with pytest.raises(SystemExit, match="'2P' is not NPMD"):
+        main(["--trace", str(path), "--topologies", "2P", "--out", str(tmp_path / "x")])
+    with pytest.raises(SystemExit, match="unknown --routers"):
+        main(["--trace", str(path), "--routers", "pd_router,fast", "--out", str(tmp_path / "x")])
 
 
 def burst(num: int = 8) -> Trace:
@@ -135,5 +144,56 @@ def test_command_line_runs_each_router_with_each_scheduling(tmp_path):
                     "2048", "--max-model-len", "4096", "--routers", "pd_router",
                     "--scheduling", "stock,pd", "--no-colocated", "--out", str(tmp_path / "out")])
     assert [r["router"] for r in summary["results"]] == ["pd_router", "pd_router+pd"]
+    assert "colocated" not in summary["topologies"]["1P1D"]
     with pytest.raises(SystemExit, match="unknown --scheduling"):
         main(["--trace", str(path), "--scheduling", "fast", "--out", str(tmp_path / "x")])
+
+
+class RecordingRouter(LeastLoadedRouter):
+    """Least-loaded, remembering the loads of every call (what the cluster reported)."""
+
+    seen: list = []
+
+    def route(self, request_id, prompt_tokens, block_keys=(), loads=None):
+        self.seen.append(dict(loads))
+        return super().route(request_id, prompt_tokens, block_keys, loads)
+
+
+@pytest.mark.parametrize("report_assigned", [True, False])
+def test_a_decode_instance_reports_what_was_routed_to_it_while_it_prefills(report_assigned):
+    # four long prompts at once on one prefill instance: the first three still prefill
+    # (or wait for it) when the fourth is routed
+    trace = Trace(name="burst", block_size=BLOCK, requests=[
+        TraceRequest(request_id=f"b{i}", arrival_s=0.001 * i, prompt_tokens=3000,
+                     output_tokens=4, block_hashes=tuple(range(i * 50, i * 50 + 23)))
+        for i in range(4)])
+    router = RecordingRouter(prefill=["p0"], decode=["d0"])
+    router.seen = []
+    run_cluster(trace, router, "burst", prefill=["p0"], decode=["d0"], prefill_shape=SHAPE,
+                decode_shape=DECODE_SHAPE, cost_model=StepCostModel.preset("h100"),
+                transfer=TransferModel(), report_assigned=report_assigned)
+    last = router.seen[-1]["d0"]
+    assert router.seen[-1]["p0"].ongoing_requests == 3
+    if report_assigned:
+        assert last.running_decodes == 3 and last.ongoing_requests == 3 and last.kv_usage > 0
+    else:
+        assert last.running_decodes == 0 and last.ongoing_requests == 0 and last.kv_usage == 0
+
+
+def test_plan_mode_replays_the_planned_split_against_colocation(tmp_path):
+    from benchmarks.replay.trace import write_jsonl
+
+    path = tmp_path / "conv.jsonl"
+    write_jsonl(conversations(num=5, turns=4), path)  # arrivals over ~6 s
+    summary = main(["--trace", str(path), "--plan", "--instances", "3", "--plan-window-s", "3",
+                    "--static-splits", "--kv-blocks", "2048", "--max-model-len", "4096",
+                    "--out", str(tmp_path / "out")])["plan"]
+    assert [w["window"] for w in summary["windows"]] == [0, 1, 2]
+    assert sum(w["requests"] for w in summary["windows"]) == 20
+    assert all(w["plan"] in {"3C", "1P2D", "2P1D"} for w in summary["windows"])
+    assert [r["router"] for r in summary["rows"]] == ["planned", "colocated", "1P2D", "2P1D"]
+    assert all(r["completed"] == 20 for r in summary["rows"])
+    assert summary["colocated_itl_s"] > summary["itl_slo_s"]  # an 8k chunk step takes > 0.1 s
+    assert all("C" not in w["plan"] for w in summary["windows"])  # so the ITL SLO rules it out
+    assert summary["goodput_ratio_itl"] is not None
+    assert (tmp_path / "out" / "plan.png").exists()
