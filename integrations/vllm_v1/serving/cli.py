@@ -2,14 +2,31 @@
 
 With no ``--model`` it serves the embedded tiny model (dummy weights), so it
 runs offline on a laptop. Arguments after ``--`` go to vLLM unchanged.
+
+Exit status and signals, for supervisors (systemd, Docker, Kubernetes):
+
+* ``SIGTERM`` or ``SIGINT`` stops the server: vLLM's server (a child in its own
+  process group, with its engine and workers) gets ``SIGTERM``, then ``SIGKILL``
+  after `STOP_GRACE_S`; the port is released and the metrics directory removed.
+  Status 0 when it stopped within the grace period, 1 if it had to be killed.
+* vLLM's server stopping by itself is a failure: its status if non-zero, else 1.
+  vLLM exits with 0 when its engine dies (its watchdog sets uvicorn's
+  ``should_exit`` and the server returns normally), which would tell a supervisor
+  configured to restart on failure that all is well.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from typing import Any
 
 from integrations.vllm_v1.config.presets import resolve_pipeline
 from integrations.vllm_v1.serving.server import (
@@ -21,10 +38,13 @@ from integrations.vllm_v1.serving.server import (
 
 TINY_MODEL_ARGS = ("--load-format", "dummy", "--dtype", "float32", "--max-model-len", "2048",
                    "--enforce-eager", "--block-size", "32")
+STOP_GRACE_S = 30.0
+"""How long vLLM's server may take to stop after ``SIGTERM`` before it is killed."""
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse our flags, run vLLM's server as a child until it exits; its exit status.
+    """Parse our flags, run vLLM's server as a child until it exits or we are told to stop.
 
     A child (not this process) so that `prometheus_client` starts in multiprocess mode
     there, which this process, having imported vLLM already, cannot switch to.
@@ -35,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="model directory (default: the embedded tiny model)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--tenants", help="JSON/YAML/TOML file of tenants and their API keys "
+                        "(see docs/serving.md, 'Tenants and credentials')")
     args, vllm_args = parser.parse_known_args(argv)
     vllm_args = [a for a in vllm_args if a != "--"]
     pipeline = resolve_pipeline(args.pipeline)
@@ -44,17 +66,74 @@ def main(argv: list[str] | None = None) -> int:
 
         model = str(tiny_model_dir("dummy"))
         vllm_args = [*TINY_MODEL_ARGS, *vllm_args]
+    if args.tenants:
+        from integrations.vllm_v1.config.spec import CONFIG_KEY
+
+        vllm_args = ["--additional-config",
+                     _json({CONFIG_KEY: {"tenants": os.path.abspath(args.tenants)}}), *vllm_args]
     argv = [sys.executable, "-m", API_SERVER_MODULE,
             *server_args(pipeline, model, host=args.host, port=args.port,
                          vllm_args=tuple(vllm_args))]
+    return run_child(argv)
+
+
+def run_child(argv: list[str]) -> int:
+    """Run vLLM's server ``argv`` with a fresh metrics directory; the exit status (above)."""
     metrics_dir = new_metrics_dir()
+    stop: dict[str, Any] = {"deadline": None, "process": None}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop["deadline"] is None:
+            stop["deadline"] = time.monotonic() + STOP_GRACE_S
+            if stop["process"] is not None:
+                _signal_group(stop["process"], signal.SIGTERM)
+
+    previous = {s: signal.signal(s, on_signal) for s in _STOP_SIGNALS}
     try:
-        process = subprocess.Popen(argv, env=server_env(metrics_dir))
-        try:
-            return process.wait()
-        except KeyboardInterrupt:  # the child got the same Ctrl-C: let it shut down
-            return process.wait()
+        process = stop["process"] = subprocess.Popen(
+            argv, env=server_env(metrics_dir), start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+        if stop["deadline"] is not None:  # told to stop while it was being started
+            _signal_group(process, signal.SIGTERM)
+        status, killed = _wait(process, stop)
+        _signal_group(process, signal.SIGKILL)  # its engine and workers, if any linger
+        if stop["deadline"] is not None:
+            return 1 if killed else 0
+        if status == 0:
+            print("vLLM's server exited by itself with status 0 (its engine died?)",
+                  file=sys.stderr)
+            return 1
+        return status if status > 0 else 128 - status  # killed by signal N: 128 + N
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
+
+def _wait(process: subprocess.Popen, stop: dict[str, Any]) -> tuple[int, bool]:
+    """The child's exit status, and whether it had to be killed after a stop request."""
+    while True:
+        try:
+            return process.wait(timeout=0.5), False
+        except subprocess.TimeoutExpired:
+            deadline = stop["deadline"]
+            if deadline is not None and time.monotonic() > deadline:
+                _signal_group(process, signal.SIGKILL)
+                return process.wait(), True
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)  # the child leads its own process group
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM if this process dies without stopping it (Linux)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _json(value: object) -> str:
+    return json.dumps(value)

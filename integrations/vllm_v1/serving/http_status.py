@@ -1,136 +1,293 @@
-"""ASGI middleware: requests the engine rejected become HTTP 400/429/503 (with ``Retry-After``).
+"""ASGI middleware: a request the engine rejected gets its real status, reason and ``Retry-After``.
 
-The scheduler rejects a request by finishing it with ``finish_reason="abort"``
-and a `Rejection`'s ``stop_reason`` before it produces a token. vLLM would answer
-that with HTTP 200; this middleware holds the response (non-streaming: the whole
-body; streaming: until the first event that carries a token or a finish reason)
-and, if it is such a rejection, answers instead with `Rejection.http_status` (400:
-the request can never succeed; 429: the client's own quota; 503: overload), a
-``Retry-After`` header (not on 400) and an OpenAI-style error body. Everything
-else passes through unchanged.
+The scheduler rejects a request by finishing it with ``finish_reason="abort"`` and a
+`Rejection`'s ``stop_reason`` before it produces a token. vLLM answers that with
+HTTP 200, and on most paths loses the reason: a stream holds only ``data: [DONE]``,
+``/v1/responses`` says ``"status": "completed"`` with empty output, ``/v1/messages``
+an empty text with ``"end_turn"``. On every route that reaches the scheduler
+(`integrations.vllm_v1.serving.routes`) this middleware holds a 200 response until
+it carries output (a token, a tool call, a normal finish) and passes it through
+from then on. A response that ends without output is a rejection if
 
-For a *streaming* request vLLM 0.32 drops the aborted output and sends only
-``data: [DONE]``, so the reason never reaches this middleware. A stream that ends
-without a token, a finish reason or an error can only be a request the engine
-dropped before its first token: it becomes a 503 with ``Retry-After: 1`` whose
-message says the reason is only reported for non-streaming requests.
+* its payload says so (completions and chat, non-streaming: ``stop_reason`` is the
+  encoded `Rejection`), or
+* the rejection channel (`integrations.vllm_v1.serving.rejection_channel`) reported
+  the request's ticket (every route whose body carries ``vllm_xargs``, streaming or not).
+
+It is then answered with `Rejection.http_status` (400: retrying cannot help; 429: the
+client's own quota; 503: overload), ``Retry-After`` (429/503: the policy's
+``retry_after_s`` rounded up, at least 1) and an error body in the route's format
+whose message names the reason. Responses with output, and errors, pass unchanged.
+
+Without the channel (vLLM started by hand without it), a completions or chat stream
+that ends without a token, a finish reason or an error can only be a request dropped
+before its first token: it becomes 503 with ``Retry-After: 1`` and a message saying
+the reason is unknown (`UNKNOWN_STREAM_REJECTION`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+import attrs
+
+from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.rejection import Rejection
-from integrations.vllm_v1.serving.http_validation import (
-    VALIDATED_PATHS,
+from integrations.vllm_v1.serving.asgi import (
     ASGIApp,
     Message,
     Receive,
     Scope,
     Send,
+    app_entry,
+    send_error,
 )
+from integrations.vllm_v1.serving.http_validation import SCOPE_KEY
+from integrations.vllm_v1.serving.rejection_channel import RejectionBook, channel_address
+from integrations.vllm_v1.serving.routes import EngineRoute, RouteTable
 
 MAX_HELD_BYTES = 1 << 20
-STREAM_REJECTION = Rejection(
-    reason="dropped", detail="before its first token (the reason is reported on "
-    "non-streaming requests only)", retry_after_s=1.0)
+"""A response held this long without output is passed through."""
+CHANNEL_WAIT_S = 2.0
+"""How long a response without output waits for the channel's word on its ticket."""
+UNKNOWN_STREAM_REJECTION = Rejection(
+    reason="dropped", detail="before its first token (reason unknown: no rejection channel)",
+    retry_after_s=1.0)
+_LOG = logging.getLogger("vllm.llm_serving_policies")
+_OUTPUT_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "function_call",
+                  "refusal")
 
 
-def find_rejection(payload: Any) -> Rejection | None:
-    """The scheduler's rejection, if a completion payload is one."""
+def payload_rejection(payload: Any) -> Rejection | None:
+    """The rejection a completions/chat payload (or stream chunk) encodes, if all of it is one."""
     choices = payload.get("choices") if isinstance(payload, dict) else None
-    for choice in choices or ():
+    if not choices or not isinstance(choices, list):
+        return None
+    found = None
+    for choice in choices:
         if not isinstance(choice, dict) or choice.get("finish_reason") != "abort":
-            continue
-        rejection = Rejection.parse(choice.get("stop_reason"))
-        if rejection is not None:
-            return rejection
-    return None
+            return None
+        if _choice_output(choice):
+            return None
+        found = found or Rejection.parse(choice.get("stop_reason"))
+    return found
 
 
-def _events(body: bytes) -> list[Any]:
-    """JSON payloads of the complete SSE ``data:`` lines in ``body``."""
+def has_output(payload: Any) -> bool:
+    """Whether a response payload or stream event shows the request ran (output or a normal
+    finish), in the OpenAI (completions, chat, batch), Responses or Anthropic format."""
+    if not isinstance(payload, dict):
+        return False
+    if "error" in payload:
+        return True  # an error is not a rejection: pass it on
+    usage = payload.get("usage")
+    if usage is None and isinstance(payload.get("response"), dict):
+        usage = payload["response"].get("usage")  # a Responses stream's final event
+    if isinstance(usage, dict) and any(_positive(usage.get(k)) for k in
+                                       ("completion_tokens", "output_tokens")):
+        return True
+    choices = payload.get("choices")
+    if isinstance(choices, list):
+        return any(isinstance(c, dict) and (_choice_output(c) or c.get("finish_reason")
+                                            not in (None, "abort")) for c in choices)
+    kind = payload.get("type")
+    if isinstance(kind, str) and kind.endswith(".delta"):  # Responses stream
+        return bool(payload.get("delta"))
+    if kind == "content_block_delta":  # Anthropic stream
+        delta = payload.get("delta") or {}
+        return any(delta.get(k) for k in ("text", "partial_json", "thinking"))
+    if kind == "content_block_start":
+        return (payload.get("content_block") or {}).get("type") == "tool_use"
+    if kind == "message":  # Anthropic, whole
+        return any(isinstance(b, dict) and (b.get("text") or b.get("type") == "tool_use")
+                   for b in payload.get("content") or ())
+    if payload.get("object") == "response":  # Responses, whole
+        return any(isinstance(item, dict) and (item.get("type") != "message" or any(
+            isinstance(part, dict) and part.get("text") for part in item.get("content") or ()))
+            for item in payload.get("output") or ())
+    return False
+
+
+def _choice_output(choice: dict) -> bool:
+    if choice.get("text") or choice.get("token_ids"):
+        return True
+    for key in ("delta", "message"):
+        part = choice.get(key)
+        if isinstance(part, dict) and any(part.get(f) for f in _OUTPUT_FIELDS):
+            return True
+    return False
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def sse_payloads(body: bytes) -> list[Any]:
+    """The JSON payloads of the complete SSE ``data:`` lines in ``body``."""
     payloads = []
     for line in body.decode("utf-8", "replace").splitlines():
-        if line.startswith("data: ") and line != "data: [DONE]":
+        if line.startswith("data:") and line[5:].strip() != "[DONE]":
             try:
-                payloads.append(json.loads(line[6:]))
+                payloads.append(json.loads(line[5:]))
             except ValueError:
                 continue
     return payloads
 
 
-def _decided(payload: Any) -> bool:
-    """Whether a stream event carries a token or a finish reason (the verdict is in)."""
-    for choice in payload.get("choices") or () if isinstance(payload, dict) else ():
-        delta = choice.get("delta") or {}
-        if choice.get("finish_reason") or choice.get("text") or delta.get("content"):
-            return True
-    return False
+@attrs.define(eq=False)
+class _Setup:
+    routes: RouteTable
+    book: RejectionBook | None
 
 
 class RejectionStatusMiddleware:
-    """Pure ASGI middleware for the completion endpoints; other paths pass straight through."""
+    """Pure ASGI middleware for the engine routes; everything else passes straight through."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self._setup: _Setup | None = None
+        self.unknown_stream_rejections = 0
+        """Streams answered with `UNKNOWN_STREAM_REJECTION` (the channel did not say why)."""
+
+    def setup(self, scope: Scope) -> _Setup:
+        """Read the routes and the channel's address from the app; start the channel (once)."""
+        if self._setup is None:
+            address = channel_address(app_entry(scope))
+            self._setup = _Setup(RouteTable.from_app(scope.get("app")),
+                                 RejectionBook(address) if address else None)
+            if self._setup.book is not None and not self._setup.book.start():
+                self._setup.book = None
+        return self._setup
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in VALIDATED_PATHS:
+        if scope["type"] == "lifespan":
+            await self._lifespan(scope, receive, send)
+            return
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        held: list[Message] = []
-        state = {"holding": True, "body": b"", "streaming": False}
+        setup = self.setup(scope)
+        route = setup.routes.match(scope)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        book = setup.book
+        ticket = book.expect() if book is not None else None
+        shared = scope.setdefault(SCOPE_KEY, {})
+        shared["ticket"] = ticket
+        responder = _Responder(self, send, route, book, ticket, shared)
+        try:
+            await self.app(scope, receive, responder.send)
+        finally:
+            if ticket is not None:
+                book.forget(ticket)
 
-        async def hold(message: Message) -> None:
-            if not state["holding"]:
-                await send(message)
-                return
-            held.append(message)
-            if message["type"] == "http.response.start":
-                headers = dict(message.get("headers", []))
-                state["streaming"] = b"text/event-stream" in headers.get(b"content-type", b"")
-                return
-            state["body"] += message.get("body", b"")
-            finished = not message.get("more_body", False)
-            payloads = _events(state["body"]) if state["streaming"] else (
-                [_json(state["body"])] if finished else [])
-            verdict = next((p for p in payloads if find_rejection(p) or _decided(p)), None)
-            if verdict is not None and (rejection := find_rejection(verdict)):
-                state["holding"] = False
-                await _send_rejection(send, rejection)
-                return
-            if finished and verdict is None and state["streaming"] and not any(
-                    isinstance(p, dict) and "error" in p for p in payloads):
-                state["holding"] = False
-                await _send_rejection(send, STREAM_REJECTION)
-                return
-            if verdict is not None or finished or len(state["body"]) > MAX_HELD_BYTES:
-                state["holding"] = False
-                for queued in held:
-                    await send(queued)
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            self.setup(scope)
+        except PipelineConfigError as error:  # a bad config entry: fail the start, say why
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.failed", "message": str(error)})
+            return
 
-        await self.app(scope, receive, hold)
+        async def on_send(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete" and self._setup.book:
+                self._setup.book.close()
+            await send(message)
+
+        await self.app(scope, receive, on_send)
+
+
+@attrs.define(eq=False)
+class _Responder:
+    """Holds one response until it shows output (pass it on) or ends without (maybe a rejection)."""
+
+    middleware: RejectionStatusMiddleware
+    downstream: Send
+    route: EngineRoute
+    book: RejectionBook | None
+    ticket: str | None
+    shared: dict
+    held: list[Message] = attrs.Factory(list)
+    body: bytearray = attrs.Factory(bytearray)
+    holding: bool = True
+    answered: bool = False
+    streaming: bool = False
+
+    async def send(self, message: Message) -> None:
+        if self.answered:
+            return  # the response was replaced by a rejection: drop the rest
+        if not self.holding:
+            await self.downstream(message)
+            return
+        if message["type"] == "http.response.start":
+            self.held.append(message)
+            if message.get("status") != 200:
+                await self._release()
+                return
+            headers = dict(message.get("headers", []))
+            self.streaming = b"text/event-stream" in headers.get(b"content-type", b"")
+            return
+        self.held.append(message)
+        self.body += message.get("body", b"")
+        more = message.get("more_body", False)
+        if self.streaming:
+            for payload in sse_payloads(bytes(self.body)):
+                if (rejection := payload_rejection(payload)) is not None:
+                    await self._answer(rejection)
+                    return
+                if has_output(payload):
+                    await self._release()
+                    return
+        if more:
+            if len(self.body) > MAX_HELD_BYTES:
+                await self._release()
+            return
+        rejection = await self._rejection_at_end()
+        if rejection is not None:
+            await self._answer(rejection)
+        else:
+            await self._release()
+
+    async def _rejection_at_end(self) -> Rejection | None:
+        """Why a complete response without output (so far) produced nothing, if it was rejected."""
+        if self.streaming:
+            payloads = sse_payloads(bytes(self.body))
+        else:
+            payloads = [_json(bytes(self.body))]
+            if (rejection := payload_rejection(payloads[0])) is not None:
+                return rejection
+            if has_output(payloads[0]):
+                return None
+        if self.book is not None and self.ticket is not None and self.shared.get("ticket_sent"):
+            rejection = await self.book.wait(self.ticket, CHANNEL_WAIT_S)
+            if rejection is not None:
+                return rejection
+        if self.streaming and not any(isinstance(p, dict) and "error" in p for p in payloads) \
+                and all(isinstance(p, dict) and "choices" in p for p in payloads):
+            self.middleware.unknown_stream_rejections += 1
+            return UNKNOWN_STREAM_REJECTION  # an OpenAI stream with no finish: dropped
+        return None
+
+    async def _answer(self, rejection: Rejection) -> None:
+        self.holding = False
+        self.answered = True
+        await send_error(self.downstream, rejection.http_status, rejection.message,
+                         anthropic=self.route.anthropic_errors,
+                         retry_after=rejection.retry_after_header)
+
+    async def _release(self) -> None:
+        self.holding = False
+        held, self.held = self.held, []
+        for message in held:
+            await self.downstream(message)
 
 
 def _json(body: bytes) -> Any:
     try:
         return json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-
-
-_ERROR_TYPES = {400: "BadRequestError", 429: "RateLimitError", 503: "ServiceUnavailableError"}
-
-
-async def _send_rejection(send: Send, rejection: Rejection) -> None:
-    status = rejection.http_status
-    body = json.dumps({"error": {"message": rejection.message, "type": _ERROR_TYPES[status],
-                                 "param": None, "code": status}}).encode()
-    headers = [(b"content-type", b"application/json"),
-               (b"content-length", str(len(body)).encode())]
-    if rejection.retry_after_header is not None:
-        headers.append((b"retry-after", rejection.retry_after_header.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

@@ -1,104 +1,196 @@
-"""ASGI middleware: reject bad scheduling metadata with HTTP 400 before the engine sees it.
+"""ASGI middleware: every request bound for the engine is checked before vLLM sees it.
 
-vLLM itself answers 400 for wrong JSON types; this adds our range and semantic
-checks (priority range, tenant/class names, positive deadline) with the same
-messages the engine would use, so a client never has to read a silent abort.
+It acts on the routes that reach the scheduler, found in the app's own routes
+(`integrations.vllm_v1.serving.routes`), so every such route gets the same rules and
+messages, new ones included. For each request, in order:
+
+1. **who** (only with tenants or a gateway configured, see
+   `integrations.vllm_v1.serving.tenants`): the credential names the tenant, else 401;
+2. **what**: the scheduling metadata, with the engine's own validation (the same
+   messages), else 400: ``priority`` (where the route's body model has the field),
+   the ``X-Vllm-Priority`` header (an integer, sent at most once: vLLM reads the
+   first of several, a proxy in front may read the last, so two are refused), and
+   ``vllm_xargs`` ``tenant`` / ``slo_class`` / ``deadline_ms``;
+3. **may it**: a tenant named in ``vllm_xargs`` must be the credential's, and the
+   priority and SLO class within the tenant's limits, else 403;
+4. the body goes on with the credential's tenant in ``vllm_xargs.tenant`` and the
+   rejection ticket (`integrations.vllm_v1.serving.rejection_channel`) added.
+
+Bodies that are not JSON objects are left to vLLM's own validation (400 too); a body
+over 64 MiB gets 413. Configuration comes from our ``--additional-config`` entry, read
+from the app vLLM built (`integrations.vllm_v1.serving.asgi.app_entry`) at start-up.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+import time
 from typing import Any
 
+import attrs
+
+from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.serving.asgi import (
+    MAX_BODY_BYTES,
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    app_entry,
+    read_body,
+    replay,
+    send_error,
+)
+from integrations.vllm_v1.serving.rejection_channel import TICKET_KEY
+from integrations.vllm_v1.serving.routes import EngineRoute, RouteTable
+from integrations.vllm_v1.serving.tenants import Identity, Refusal, TenantBinding
 from policies import InvalidRequestMetadata, parse_request_metadata
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-VALIDATED_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
-MAX_BODY_BYTES = 64 << 20
+SCOPE_KEY = "llm_serving_policies"
+"""The ASGI scope key under which the middlewares share a request's state (its ticket)."""
+PRIORITY_HEADER = b"x-vllm-priority"
 
 
-def validation_error(body: bytes, headers: dict[str, str]) -> str | None:
-    """Why this request body's scheduling metadata is unacceptable, or None if it is fine.
+@attrs.frozen(kw_only=True)
+class Checked:
+    """The outcome of checking one request: an error, or the body to forward."""
 
-    Bodies that are not JSON objects are left to vLLM's own validation.
-    """
-    try:
-        payload = json.loads(body)
-    except ValueError:
-        return None
+    status: int = 0
+    message: str = ""
+    payload: dict[str, Any] | None = None
+    """The body to forward (rewritten), or None to forward the original."""
+
+
+def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: EngineRoute, *,
+                  binding: TenantBinding | None = None, client_host: str | None = None,
+                  ticket: str | None = None, now: float = 0.0) -> Checked:
+    """Check one engine-bound request (``payload``: its parsed JSON body)."""
+    identity: Identity | None = None
+    if binding is not None:
+        found = binding.identify(headers, client_host, now)
+        if isinstance(found, Refusal):
+            return Checked(status=found.status, message=found.message)
+        identity = found
     if not isinstance(payload, dict):
-        return None
-    priority: object = payload.get("priority", 0)
-    if "x-vllm-priority" in headers:  # vLLM lets the header override the body
+        return Checked()  # vLLM's own validation answers
+    values = [v.decode("latin-1") for k, v in headers if k.lower() == PRIORITY_HEADER]
+    if len(values) > 1:
+        return Checked(status=400, message=f"X-Vllm-Priority must be sent at most once, got "
+                                           f"{len(values)} values")
+    body_priority = payload.get("priority", 0) if route.reads_priority else 0
+    asked = [body_priority]
+    if values:
         try:
-            priority = int(headers["x-vllm-priority"])
+            asked.append(int(values[0]))
         except ValueError:
-            return f"X-Vllm-Priority must be an integer, got {headers['x-vllm-priority']!r}"
-    extra_args = payload.get("vllm_xargs")
+            return Checked(status=400, message="X-Vllm-Priority must be an integer, got "
+                                               f"{values[0]!r}")
+    extra_args = payload.get("vllm_xargs") if route.reads_xargs else None
     if extra_args is not None and not isinstance(extra_args, dict):
-        return None  # vLLM's schema answers this one
+        return Checked()  # vLLM's schema answers this one
     try:
-        parse_request_metadata(priority, extra_args)
+        for priority in asked:
+            parse_request_metadata(priority, extra_args)
     except InvalidRequestMetadata as error:
-        return str(error)
-    return None
+        return Checked(status=400, message=str(error))
+    if identity is not None:
+        refusal = binding.authorize(identity, (extra_args or {}).get("tenant"), min(asked),
+                                    (extra_args or {}).get("slo_class"))
+        if refusal is not None:
+            return Checked(status=refusal.status, message=refusal.message)
+    if not route.reads_xargs or (identity is None and ticket is None):
+        return Checked()
+    xargs = {k: v for k, v in (extra_args or {}).items() if k != TICKET_KEY}
+    if identity is not None:
+        xargs["tenant"] = identity.tenant
+    if ticket is not None:
+        xargs[TICKET_KEY] = ticket
+    return Checked(payload={**payload, "vllm_xargs": xargs})
+
+
+@attrs.define(eq=False)
+class _Setup:
+    routes: RouteTable
+    binding: TenantBinding | None
 
 
 class SchedulingMetadataValidator:
-    """Pure ASGI middleware (streaming-safe): buffers POST bodies of completion endpoints only."""
+    """Pure ASGI middleware (streaming-safe): buffers the bodies of engine-bound POSTs only."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self._setup: _Setup | None = None
+
+    def setup(self, scope: Scope) -> _Setup:
+        """Read the routes and our configuration from the app (once)."""
+        if self._setup is None:
+            app = scope.get("app")
+            self._setup = _Setup(RouteTable.from_app(app),
+                                 TenantBinding.from_entry(app_entry(scope)))
+        return self._setup
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or scope["method"] != "POST"
-                or scope["path"] not in VALIDATED_PATHS):
+        if scope["type"] == "lifespan":
+            await _lifespan(self, scope, receive, send)
+            return
+        if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay([message]), send)
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > MAX_BODY_BYTES:
-                await _send_error(send, 413, f"request body larger than {MAX_BODY_BYTES} bytes")
-                return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
-        error = validation_error(body, headers)
-        if error is not None:
-            await _send_error(send, 400, error)
+        setup = self.setup(scope)
+        route = setup.routes.match(scope)
+        if route is None:
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, _replay([{"type": "http.request", "body": body,
-                                        "more_body": False}], receive), send)
+        body = await read_body(receive)
+        if body is None:
+            await send_error(send, 413, f"request body larger than {MAX_BODY_BYTES} bytes",
+                             anthropic=route.anthropic_errors)
+            return
+        payload = _json(body)
+        if not route.accepts(payload):
+            await self.app(scope, replay(body, receive), send)
+            return
+        shared = scope.setdefault(SCOPE_KEY, {})
+        client = scope.get("client")
+        checked = check_request(payload, list(scope.get("headers", [])), route,
+                                binding=setup.binding, client_host=client[0] if client else None,
+                                ticket=shared.get("ticket"), now=time.time())
+        if checked.status:
+            await send_error(send, checked.status, checked.message,
+                             anthropic=route.anthropic_errors)
+            return
+        if checked.payload is not None:
+            try:
+                body = json.dumps(checked.payload, allow_nan=False).encode()
+            except ValueError:  # a number JSON cannot write back: vLLM judges the original
+                pass
+            else:
+                shared["ticket_sent"] = TICKET_KEY in checked.payload.get("vllm_xargs", {})
+                scope = {**scope, "headers": _with_length(scope.get("headers", []), len(body))}
+        await self.app(scope, replay(body, receive), send)
 
 
-def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
-    async def receive() -> Message:
-        if messages:
-            return messages.pop(0)
-        if then is not None:
-            return await then()
-        return {"type": "http.disconnect"}
-
-    return receive
+def _json(body: bytes) -> object:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
 
 
-async def _send_error(send: Send, status: int, message: str) -> None:
-    body = json.dumps({"error": {"message": message, "type": "BadRequestError"
-                                 if status == 400 else "RequestTooLarge",
-                                 "param": None, "code": status}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+def _with_length(headers: Any, length: int) -> list[tuple[bytes, bytes]]:
+    kept = [(k, v) for k, v in headers if k.lower() not in (b"content-length",
+                                                            b"transfer-encoding")]
+    return [*kept, (b"content-length", str(length).encode())]
+
+
+async def _lifespan(middleware: Any, scope: Scope, receive: Receive, send: Send) -> None:
+    """Read the configuration at start-up; a bad one fails the start with its message."""
+    try:
+        middleware.setup(scope)
+    except PipelineConfigError as error:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.failed", "message": str(error)})
+        return
+    await middleware.app(scope, receive, send)
+

@@ -15,29 +15,88 @@ from pathlib import Path
 
 import attrs
 
+from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.config.spec import CONFIG_KEY
 from integrations.vllm_v1.metrics import MULTIPROC_ENV
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.serving.engine import engine_kwargs
+from integrations.vllm_v1.serving.rejection_channel import (
+    CHANNEL_KEY,
+    HOOK_PATH,
+    new_channel_address,
+)
+from integrations.vllm_v1.serving.tenants import TenantBinding
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 MIDDLEWARE = ("integrations.vllm_v1.serving.http_validation.SchedulingMetadataValidator",
               "integrations.vllm_v1.serving.http_status.RejectionStatusMiddleware")
+_ADDITIONAL = "--additional-config"
 
 
 def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
                 vllm_args: tuple[str, ...] = ()) -> list[str]:
-    """Arguments for ``python -m vllm.entrypoints.openai.api_server`` running ``pipeline``."""
+    """Arguments for ``python -m vllm.entrypoints.openai.api_server`` running ``pipeline``.
+
+    Besides the scheduler and the two middlewares, our config entry gets the rejection
+    channel (a fresh address and its hook, `integrations.vllm_v1.serving.rejection_channel`).
+    An ``--additional-config`` in ``vllm_args`` is merged into ours (its keys win, its
+    ``hooks`` are added), not left to replace it; the serving keys of the merged entry
+    (tenants, gateway) are checked here, so a bad one fails before the server starts.
+
+    Raises:
+        PipelineConfigError: a bad ``--additional-config`` or serving configuration.
+    """
     async_flag = "--async-scheduling" in vllm_args or None
     if "--no-async-scheduling" in vllm_args:
         async_flag = False
+    theirs, vllm_args = _pop_additional_configs(vllm_args)
     kwargs = engine_kwargs(pipeline, async_scheduling=async_flag)
+    additional = kwargs["additional_config"]
+    for other in theirs:
+        additional = _merged(additional, other)
+    entry = additional[CONFIG_KEY]
+    entry.setdefault(CHANNEL_KEY, new_channel_address())
+    entry["hooks"] = list(dict.fromkeys([*entry.get("hooks", ()), HOOK_PATH]))
+    TenantBinding.from_entry(additional[CONFIG_KEY])
     return [
         "--model", model, "--host", host, "--port", str(port),
         "--scheduler-cls", kwargs["scheduler_cls"],
-        "--additional-config", json.dumps(kwargs["additional_config"]),
+        _ADDITIONAL, json.dumps(additional),
         *(arg for path in MIDDLEWARE for arg in ("--middleware", path)),
         *vllm_args,
     ]
+
+
+def _pop_additional_configs(vllm_args: tuple[str, ...]) -> tuple[list[dict], tuple[str, ...]]:
+    """The ``--additional-config`` values in ``vllm_args``, parsed, and the other arguments."""
+    found: list[dict] = []
+    rest: list[str] = []
+    args = iter(vllm_args)
+    for arg in args:
+        if arg == _ADDITIONAL or arg.startswith(_ADDITIONAL + "="):
+            text = arg.partition("=")[2] if "=" in arg else next(args, "")
+            try:
+                value = json.loads(text)
+            except ValueError as error:
+                raise PipelineConfigError(f"{_ADDITIONAL} is not JSON ({error})") from None
+            if not isinstance(value, dict):
+                raise PipelineConfigError(f"{_ADDITIONAL} must be a JSON object")
+            found.append(value)
+        else:
+            rest.append(arg)
+    return found, tuple(rest)
+
+
+def _merged(ours: dict, theirs: dict) -> dict:
+    """``theirs`` over ``ours``; our entries merged key by key, their ``hooks`` added."""
+    entry = dict(ours[CONFIG_KEY])
+    other = theirs.get(CONFIG_KEY) or {}
+    if not isinstance(other, dict):
+        raise PipelineConfigError(f"{_ADDITIONAL}: {CONFIG_KEY} must be a mapping")
+    hooks = [*entry.get("hooks", ()), *other.get("hooks", ())]
+    entry.update(other)
+    entry["hooks"] = list(dict.fromkeys(hooks))
+    return {**ours, **theirs, CONFIG_KEY: entry}
 
 
 def offline_env() -> dict[str, str]:
