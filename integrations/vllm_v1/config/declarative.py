@@ -8,14 +8,15 @@ class under ``class`` and its constructor arguments beside it::
      "admission": {"class": "AdmissionController", "max_waiting": 512}}
 
 Class names are those `policies` exports, or ``package.module:Class`` for any
-other class. An argument that is itself such a mapping is built the same way
-(e.g. ``{"class": "random:Random", "x": 0}``). Every error names the slot, the
-class and the field.
+other class. An argument that is itself such a mapping is built the same way; an
+integer for a ``random.Random`` field is its seed (``{"class": "AdmissionController",
+"rng": 0}``). Every error names the slot, the class and the field.
 """
 
 from __future__ import annotations
 
 import importlib
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,6 +81,12 @@ def _argument(value: Any, where: str) -> Any:
 
 def _instantiate(name: object, arguments: dict[str, Any], where: str) -> Any:
     cls = _resolve_class(name, where)
+    if attrs.has(cls):
+        fields = attrs.fields_dict(cls)
+        for field, value in arguments.items():
+            if field in fields and fields[field].type in (random.Random, "random.Random") \
+                    and isinstance(value, int) and not isinstance(value, bool):
+                arguments[field] = random.Random(value)  # a seed
     try:
         return cls(**arguments)
     except (TypeError, ValueError) as error:

@@ -69,7 +69,8 @@ __all__ = [
     "VllmSurfaceError", "cached_prefix_tokens", "get_group_id", "get_hash_fn_by_name",
     "get_offload_group_idx", "get_request_block_hasher", "init_none_hash",
     "make_block_hash_with_group_id", "ngram_propose", "order_request_keys", "platform_is_cpu",
-    "sha256_cbor", "swap_free_block_queue", "tensor_parallel_rank",
+    "register_cache_policy", "register_kv_connector", "sha256_cbor", "swap_free_block_queue",
+    "tensor_parallel_rank",
 ]
 
 
@@ -105,6 +106,22 @@ def ngram_propose() -> Any:
     from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens
 
     return _find_longest_matched_ngram_and_propose_tokens
+
+
+def register_kv_connector(name: str, module: str, cls: str) -> None:
+    """Make ``kv_connector: name`` load ``module.cls`` (once per process)."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    if name not in KVConnectorFactory._registry:
+        KVConnectorFactory.register_connector(name, module, cls)
+
+
+def register_cache_policy(name: str, module: str, cls: str) -> None:
+    """Make the offloading connector's ``eviction_policy: name`` load ``module.cls``."""
+    from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
+
+    if name not in CachePolicyFactory._registry:
+        CachePolicyFactory.register_cache_policy(name, module, cls)
 
 
 def platform_is_cpu() -> bool:
@@ -145,3 +162,42 @@ def swap_free_block_queue(kv_cache_manager: Any, make_queue: Any) -> Any:
     queue = make_queue(pool.free_block_queue.get_all_free_blocks())
     pool.free_block_queue = queue
     return queue
+
+
+# -- Ray Serve engine replicas (integrations.ray_serve.engine) --------------------------
+# vLLM's public engine and server entry points, imported when first asked for (they pull
+# in FastAPI and the whole OpenAI server). `vllm.entrypoints.cli.serve` re-exports the
+# argument parser in 0.32 (from launchers.cli_args) and in 0.33 (from common.cli_args).
+__all__ += ["async_llm", "openai_app", "parse_serve_args"]
+
+
+def parse_serve_args(argv: list[str]) -> Any:
+    """``vllm serve``'s arguments parsed from ``argv`` (its own parser and checks)."""
+    from vllm.entrypoints.cli.serve import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(argv)
+    validate_parsed_serve_args(args)
+    return args
+
+
+def async_llm(args: Any) -> Any:
+    """vLLM's asynchronous engine for parsed serve ``args``
+    (``AsyncLLM.from_engine_args(AsyncEngineArgs.from_cli_args(args))``; spawns the engine
+    core with the default multiprocessing executor)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(AsyncEngineArgs.from_cli_args(args))
+
+
+async def openai_app(engine: Any, args: Any) -> Any:
+    """vLLM's OpenAI application over ``engine``, built as ``vllm serve`` builds it
+    (``build_app`` + ``init_app_state``: routes, middlewares, ``/metrics``)."""
+    from vllm.entrypoints.launchers.api_server.app_state import init_app_state
+    from vllm.entrypoints.launchers.app import build_app
+
+    tasks = await engine.get_supported_tasks()
+    app = build_app(args, tasks, engine.model_config)
+    await init_app_state(engine, app.state, args, tasks)
+    return app

@@ -150,6 +150,14 @@ TOUCHES: tuple[Touch, ...] = (
     Touch("vllm.v1.structured_output", "StructuredOutputManager", "call", ("vllm_config",)),
     Touch("vllm.sampling_params", "SamplingParams", "call"),
     Touch("vllm.platforms", "current_platform", "read"),
+    # -- plugin registration (integrations.vllm_v1.plugin) ----------------------
+    Touch("vllm.distributed.kv_transfer.kv_connector.factory",
+          "KVConnectorFactory.register_connector", "call", ("name", "module_path", "class_name")),
+    Touch("vllm.distributed.kv_transfer.kv_connector.factory", "KVConnectorFactory._registry",
+          "read"),
+    Touch("vllm.v1.kv_offload.cpu.policies.factory", "CachePolicyFactory.register_cache_policy",
+          "call", ("name", "module_path", "class_name")),
+    Touch("vllm.v1.kv_offload.cpu.policies.factory", "CachePolicyFactory._registry", "read"),
     Touch("vllm.v1.spec_decode.ngram_proposer",
           "_find_longest_matched_ngram_and_propose_tokens", "call",
           ("origin_tokens", "min_ngram", "max_ngram", "max_model_len", "k")),
@@ -168,3 +176,20 @@ def overrides() -> dict[str, tuple[str, ...]]:
 
 
 OVERRIDES = overrides()
+
+
+# -- Ray Serve engine replicas (integrations.ray_serve.engine) ------------------------
+TOUCHES += (
+    Touch("vllm.entrypoints.cli.serve", "make_arg_parser", "call", ("parser",)),
+    Touch("vllm.entrypoints.cli.serve", "validate_parsed_serve_args", "call", ("args",)),
+    Touch("vllm.utils.argparse_utils", "FlexibleArgumentParser", "call"),
+    Touch("vllm.engine.arg_utils", "AsyncEngineArgs.from_cli_args", "call", ("args",)),
+    Touch("vllm.v1.engine.async_llm", "AsyncLLM.from_engine_args", "call", ("engine_args",)),
+    *_members("vllm.v1.engine.async_llm", "AsyncLLM", "call",
+              ("get_supported_tasks", ()), ("check_health", ()), ("shutdown", ())),
+    *_members("vllm.v1.engine.async_llm", "AsyncLLM", "read", "model_config"),
+    Touch("vllm.entrypoints.launchers.app", "build_app",
+          "call", ("args", "supported_tasks", "model_config")),
+    Touch("vllm.entrypoints.launchers.api_server.app_state", "init_app_state", "call",
+          ("engine_client", "state", "args", "supported_tasks")),
+)

@@ -1,0 +1,33 @@
+"""vLLM plugin (entry point group ``vllm.general_plugins``): registers this project's
+components under short names in every vLLM process, so plain flags can name them.
+
+With the package installed, vLLM runs `register` at start-up; then
+
+* ``--kv-transfer-config '{"kv_connector": "KVTierConnector", "kv_role": "kv_both", ...}'``
+  needs no ``kv_connector_module_path``;
+* the native offloading connector's ``kv_connector_extra_config`` takes
+  ``"eviction_policy": "segmented_lru"`` with no ``cache_policy_module_path``.
+
+The scheduler is named with ``--scheduler-cls`` (vLLM has no scheduler registry) and
+the HTTP middlewares with ``--middleware``; see `integrations.vllm_v1.config.spec`.
+"""
+
+from __future__ import annotations
+
+KV_CONNECTORS = {"KVTierConnector": ("integrations.vllm_v1.cache.tiers.connector",
+                                     "KVTierConnector")}
+CACHE_POLICIES = {"segmented_lru": ("integrations.vllm_v1.cache.offload_policy",
+                                    "SegmentedLRUCachePolicy")}
+
+
+def register() -> None:
+    """Register the KV connector and offload cache policy names (idempotent)."""
+    from integrations.vllm_v1.vllm_surface.names import (
+        register_cache_policy,
+        register_kv_connector,
+    )
+
+    for name, (module, cls) in KV_CONNECTORS.items():
+        register_kv_connector(name, module, cls)
+    for name, (module, cls) in CACHE_POLICIES.items():
+        register_cache_policy(name, module, cls)
