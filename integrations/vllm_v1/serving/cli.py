@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from integrations.vllm_v1.config.presets import resolve_pipeline
+from integrations.vllm_v1.config.spec import resolve_pipeline
 from integrations.vllm_v1.serving.server import (
     API_SERVER_MODULE,
     new_metrics_dir,
