@@ -6,7 +6,7 @@ import pytest
 
 from integrations.vllm_v1 import Pipeline, build_llm
 from policies import SegmentedLRU
-from tests.conftest import ENGINE_KWARGS
+from tests.helpers.engine import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine
 

@@ -9,7 +9,7 @@ import pytest
 
 from integrations.vllm_v1 import Pipeline, build_llm
 from policies.cache_warming import PrefixWarmer
-from tests.conftest import ENGINE_KWARGS
+from tests.helpers.engine import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine
 

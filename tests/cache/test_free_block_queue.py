@@ -8,40 +8,10 @@ from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.cache.eviction import PolicyFreeBlockQueue
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import LRU, SegmentedLRU
-from tests.integration.workloads import workloads
+from tests.helpers.cache import check_pool
+from tests.helpers.workloads import replay_workload, workloads
 
 WORKLOADS = workloads(max_output_tokens=40, max_requests=14)
-
-
-def check_pool(scheduler):
-    """Every free block is in the queue exactly once and the count is exact."""
-    pool = scheduler.kv_cache_manager.block_pool
-    queue = pool.free_block_queue
-    queue.check_invariants()
-    free = [b for b in pool.blocks if b.ref_cnt == 0 and not b.is_null]
-    assert queue.num_free_blocks == len(free) == pool.get_num_free_blocks()
-    assert {b.block_id for b in queue.get_all_free_blocks()} == {b.block_id for b in free}
-
-
-def run(harness, workload, check=None):
-    """Per-step (scheduled tokens, preempted ids, finished ids) until everything finishes."""
-    trace, step = [], 0
-    pending = sorted(enumerate(workload), key=lambda item: item[1][0])
-    while pending or harness.has_requests():
-        while pending and pending[0][1][0] <= step:
-            index, (_, prompt, output, group) = pending.pop(0)
-            harness.add_request(f"r{index}", [group * 1000 + i % 50 for i in range(prompt)],
-                                output)
-        result = harness.step()
-        if check is not None:
-            check(harness.scheduler)
-        out = result.scheduler_output
-        trace.append((dict(out.num_scheduled_tokens), sorted(out.preempted_req_ids or ()),
-                      result.finished_request_ids))
-        harness.clock.advance(0.01)
-        step += 1
-        assert step < 2000, "workload did not drain"
-    return trace
 
 
 SHAPES = st.builds(lambda blocks, budget: EngineShape(num_blocks=blocks, max_num_seqs=8,
@@ -70,8 +40,8 @@ def test_a_pipeline_without_eviction_keeps_vllms_queue():
 @given(workload=WORKLOADS, shape=SHAPES)
 def test_lru_order_schedules_exactly_like_stock_vllm(workload, shape):
     """vLLM's LRU through our queue: same hits, preemptions and finishes, step by step."""
-    stock = run(SchedulerHarness.build(None, shape=shape), workload)
-    ours = run(SchedulerHarness.build(Pipeline(eviction=LRU()), shape=shape), workload,
+    stock = replay_workload(SchedulerHarness.build(None, shape=shape), workload)
+    ours = replay_workload(SchedulerHarness.build(Pipeline(eviction=LRU()), shape=shape), workload,
                check=check_pool)
     assert ours == stock
 
@@ -80,7 +50,7 @@ def test_lru_order_schedules_exactly_like_stock_vllm(workload, shape):
 @given(workload=WORKLOADS, shape=SHAPES)
 def test_segmented_lru_keeps_every_pool_invariant_and_leaks_nothing(workload, shape):
     harness = SchedulerHarness.build(Pipeline(eviction=SegmentedLRU()), shape=shape)
-    run(harness, workload, check=check_pool)
+    replay_workload(harness, workload, check=check_pool)
     pool = harness.scheduler.kv_cache_manager.block_pool
     assert pool.get_num_free_blocks() == shape.num_blocks - 1  # everything came back
     assert not harness.scheduler.requests

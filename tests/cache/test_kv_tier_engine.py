@@ -4,7 +4,7 @@ small enough that requests are preempted and prefix blocks evicted from the GPU 
 import pytest
 
 from integrations.vllm_v1.cache.tiers.config import KVTierConfig, cpu_core_env
-from tests.conftest import ENGINE_KWARGS
+from tests.helpers.engine import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine
 

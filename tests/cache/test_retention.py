@@ -10,7 +10,8 @@ from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import LRU, Segment, SegmentedLRU
 from policies.eviction import RetentionHints
 from policies.prompt_versions import PromptVersions
-from tests.cache.test_free_block_queue import check_pool
+from tests.helpers.cache import check_pool
+from tests.helpers.drain import drain
 
 
 def release_chain(order, chain, cancelled=False):
@@ -134,13 +135,6 @@ def prompt(seed, blocks=10):
     return [seed * 1000 + i % 50 for i in range(16 * blocks)]
 
 
-def drain(harness):
-    while harness.has_requests():
-        harness.step()
-        check_pool(harness.scheduler)
-        harness.clock.advance(0.01)
-
-
 def hit_after_cancel_and_churn(order):
     """Cancel a request mid-decode, churn the cache with one-shot prompts, retry: tokens hit."""
     harness = SchedulerHarness.build(Pipeline(eviction=order), shape=SHAPE)
@@ -151,10 +145,10 @@ def hit_after_cancel_and_churn(order):
     check_pool(harness.scheduler)
     for i in range(4):  # 4 x 10 one-shot blocks through a 39-block cache
         harness.add_request(f"oneshot{i}", prompt(10 + i), 1)
-        drain(harness)
+        drain(harness, check=check_pool)
     harness.add_request("retry", prompt(1) + [1], 1)
     scheduled = harness.step().scheduler_output.num_scheduled_tokens["retry"]
-    drain(harness)
+    drain(harness, check=check_pool)
     return 161 - scheduled, harness.scheduler.kv_cache_manager.block_pool.free_block_queue.order
 
 
@@ -171,7 +165,7 @@ def test_a_new_prompt_version_demotes_the_old_prompts_blocks():
     for i in range(2):  # v1 used twice: its blocks are promoted to PROTECTED
         harness.add_request(f"v1-{i}", prompt(1) + [7 + i], 1,
                             extra_args={"tenant": "acme", "prompt_version": "v1"})
-        drain(harness)
+        drain(harness, check=check_pool)
     queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
     engine_order = queue.order
     assert engine_order.stats().protected_blocks == 10
@@ -179,5 +173,5 @@ def test_a_new_prompt_version_demotes_the_old_prompts_blocks():
                         extra_args={"tenant": "acme", "prompt_version": "v2"})
     assert engine_order.stats().demoted_stale == 10
     assert engine_order.stats().protected_blocks == 0
-    drain(harness)
+    drain(harness, check=check_pool)
     check_pool(harness.scheduler)

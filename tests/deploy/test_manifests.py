@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from integrations.vllm_v1.serving.server import LocalServer, offline_env
-from tests.integration.http_client import free_port, get_text, metric, post, server_model
+from tests.helpers.http import free_port, get_text, metric, post, server_model
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "kubernetes"
 CPU_OVERRIDES = ("--dtype", "float32", "--max-model-len", "512", "--enforce-eager",

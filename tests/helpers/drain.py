@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-import attrs
 
-
-@attrs.frozen
-class Drained:
+class Drained(NamedTuple):
     """What a drained harness did, step by step."""
 
     steps: list[tuple[float, dict[str, int]]]
@@ -19,8 +17,10 @@ class Drained:
     """Every `EngineCoreOutput`, in order."""
 
 
-def drain(harness: Any, *, limit: int = 20000, step_s: float = 0.01) -> Drained:
-    """Step ``harness`` until it has no requests, advancing its clock ``step_s`` per step.
+def drain(harness: Any, *, limit: int = 20000, step_s: float = 0.01,
+          check: Callable[[Any], None] | None = None) -> Drained:
+    """Step ``harness`` until it has no requests, advancing its clock ``step_s`` per step
+    and calling ``check(scheduler)`` after each step.
 
     Raises:
         AssertionError: if it has not drained after ``limit`` steps (a stall).
@@ -30,6 +30,8 @@ def drain(harness: Any, *, limit: int = 20000, step_s: float = 0.01) -> Drained:
         if not harness.has_requests():
             return Drained(steps, finished, outputs)
         result = harness.step()
+        if check is not None:
+            check(harness.scheduler)
         steps.append((harness.clock.now(), dict(result.scheduler_output.num_scheduled_tokens)))
         finished += result.finished_request_ids
         outputs += result.outputs

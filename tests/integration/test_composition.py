@@ -6,20 +6,7 @@ from vllm.v1.request import RequestStatus
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import MLFQ, WFQ, EDFRanker, KVWatermarks, QoSRanker, TenantQuota, TokenBucket
-
-
-def run(harness, limit=20000):
-    """Drain; (per-step scheduled tokens, finished ids in order, every output)."""
-    steps, finished, outputs = [], [], []
-    for _ in range(limit):
-        if not harness.has_requests():
-            return steps, finished, outputs
-        result = harness.step()
-        steps.append((harness.clock.now(), dict(result.scheduler_output.num_scheduled_tokens)))
-        finished += result.finished_request_ids
-        outputs += result.outputs
-        harness.clock.advance(0.01)
-    raise AssertionError("did not drain")
+from tests.helpers.drain import drain
 
 
 def test_wfq_shares_service_by_weight_while_both_tenants_are_backlogged():
@@ -31,7 +18,7 @@ def test_wfq_shares_service_by_weight_while_both_tenants_are_backlogged():
             start = (2 * i + offset) * 100  # no shared prefixes: every token is computed
             harness.add_request(f"{tenant}-{i}", range(start, start + 40), 8,
                                 extra_args={"tenant": tenant})
-    _, finished, _ = run(harness)
+    _, finished, _ = drain(harness)
     cost = 40 + 7  # prompt + decoded tokens (the first output token comes with the prefill)
     # While both are backlogged (until gold runs dry), weighted service stays within the
     # WFQ bound M/w_gold + M/w_bronze of each other, with M one request's cost.
@@ -47,7 +34,7 @@ def test_mlfq_skip_join_serves_short_prompts_before_long_ones():
     harness.add_request("long", range(3000), 4)
     harness.add_request("medium", range(5000, 5400), 4)
     harness.add_request("short", range(9000, 9100), 4)
-    _, finished, _ = run(harness)
+    _, finished, _ = drain(harness)
     assert finished == ["short", "medium", "long"]
 
 
@@ -59,7 +46,7 @@ def test_edf_drops_waiting_requests_that_can_no_longer_meet_their_deadline():
     harness.step()  # the blocker is running before the others arrive
     harness.add_request("tight", range(200, 300), 10, extra_args={"deadline_ms": 500})
     harness.add_request("relaxed", range(400, 500), 10, extra_args={"deadline_ms": 60000})
-    _, finished, outputs = run(harness)
+    _, finished, outputs = drain(harness)
     reasons = {o.request_id: o.stop_reason for o in outputs if o.finish_reason is not None}
     assert reasons["tight"].startswith("rejected:deadline_expired")
     assert reasons["relaxed"] is None and reasons["blocker"] is None
@@ -80,7 +67,7 @@ def test_deadlines_slot_drops_expired_requests_while_qos_keeps_the_order():
                         extra_args={"deadline_ms": 500})
     harness.add_request("tight-feasible", range(600, 700), 10, priority=5,
                         extra_args={"deadline_ms": 20000})
-    _, finished, outputs = run(harness)
+    _, finished, outputs = drain(harness)
     reasons = {o.request_id: o.stop_reason for o in outputs if o.finish_reason is not None}
     assert reasons["tight"].startswith("rejected:deadline_expired")
     served = [r for r in finished if reasons[r] is None]
@@ -93,7 +80,7 @@ def test_token_bucket_throttles_a_low_priority_prefill_within_its_bound():
                                      shape=EngineShape(max_num_batched_tokens=1024))
     harness.add_request("low", range(300), 2, priority=3)
     harness.add_request("high", range(5000, 7000), 2, priority=-3)
-    steps, _, _ = run(harness)
+    steps, _, _ = drain(harness)
     low = [(t, s.get("low", 0)) for t, s in steps]
     high = [s.get("high", 0) for _, s in steps]
     assert high[0] == 1024  # unlimited: takes the whole budget
@@ -115,7 +102,7 @@ def test_full_default_pipeline_accounts_for_every_request():
     for i in range(24):
         harness.add_request(f"r{i}", range(i * 1000, i * 1000 + 30 + 20 * i), 5 + i % 7,
                             priority=i % 3 - 1, extra_args={"tenant": f"t{i % 7}"})
-    _, finished, _ = run(harness)
+    _, finished, _ = drain(harness)
     assert sorted(finished) == sorted(f"r{i}" for i in range(24))
     harness.scheduler.pipeline.fairness.check_invariants()
     harness.scheduler.pipeline.levels.check_invariants()
@@ -165,7 +152,7 @@ def test_kv_watermark_quota_holds_a_long_prefill_while_the_head_request_runs():
         harness.clock.advance(0.01)
         most = max(most, long_request.num_computed_tokens)
     assert 0 < most <= 8 * 16  # held at its quota (at most 8 blocks, less as usage grows)
-    _, finished, _ = run(harness)
+    _, finished, _ = drain(harness)
     assert finished == ["long"]  # alone at the head, it is no longer held
 
 
@@ -177,7 +164,7 @@ def test_kv_watermark_quota_never_stalls_the_engine():
                           max_num_batched_tokens=64))
     for i in range(4):
         harness.add_request(f"r{i}", range(i * 1000, i * 1000 + 300), 3)
-    _, finished, _ = run(harness)
+    _, finished, _ = drain(harness)
     assert sorted(finished) == ["r0", "r1", "r2", "r3"]
 
 

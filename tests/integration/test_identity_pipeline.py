@@ -8,29 +8,9 @@ from hypothesis import strategies as st
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import QoSRanker
-from tests.integration.workloads import workloads
+from tests.helpers.workloads import replay_workload, workloads
 
 requests = workloads(max_output_tokens=80, max_requests=16)
-
-
-def run(harness, workload):
-    """Per-step (scheduled tokens, preempted ids, finished ids) until everything finishes."""
-    trace = []
-    step = 0
-    pending = sorted(enumerate(workload), key=lambda item: item[1][0])
-    while pending or harness.has_requests():
-        while pending and pending[0][1][0] <= step:
-            index, (_, prompt, output, group) = pending.pop(0)
-            tokens = [group * 1000 + i % 50 for i in range(prompt)]
-            harness.add_request(f"r{index}", tokens, output, priority=index % 3 - 1)
-        result = harness.step()
-        out = result.scheduler_output
-        trace.append((dict(out.num_scheduled_tokens), sorted(out.preempted_req_ids or ()),
-                      result.finished_request_ids))
-        harness.clock.advance(0.01)
-        step += 1
-        assert step < 2000, "workload did not drain"
-    return trace
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,8 +19,11 @@ def run(harness, workload):
 def test_identity_pipeline_matches_stock_every_step(workload, num_blocks, budget, policy):
     shape = EngineShape(num_blocks=num_blocks, max_num_batched_tokens=budget, max_num_seqs=8,
                         max_model_len=1024)
-    stock = run(SchedulerHarness.build(None, shape=shape, stock_policy=policy), workload)
-    ours = run(SchedulerHarness.build(Pipeline(), shape=shape, stock_policy=policy), workload)
+    def run(harness):
+        return replay_workload(harness, workload, priority=lambda index: index % 3 - 1)
+
+    stock = run(SchedulerHarness.build(None, shape=shape, stock_policy=policy))
+    ours = run(SchedulerHarness.build(Pipeline(), shape=shape, stock_policy=policy))
     assert ours == stock
 
 

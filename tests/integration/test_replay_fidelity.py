@@ -10,7 +10,7 @@ from benchmarks.replay.cost_model import StepCostModel
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.instruments.step_log import read_step_log, step_log_engine_kwargs
-from tests.conftest import ENGINE_KWARGS
+from tests.helpers.engine import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine
 

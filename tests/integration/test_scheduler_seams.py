@@ -7,16 +7,7 @@ from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.rejection import Rejection
 from policies import QoSRanker, QueueDepthLimit
-
-
-def drain(harness, limit=5000):
-    finished = []
-    for _ in range(limit):
-        if not harness.has_requests():
-            return finished
-        finished += harness.step().finished_request_ids
-        harness.clock.advance(0.01)
-    raise AssertionError("did not drain")
+from tests.helpers.drain import drain
 
 
 def test_qos_serves_short_and_urgent_requests_first():
@@ -25,7 +16,7 @@ def test_qos_serves_short_and_urgent_requests_first():
     harness.add_request("long", range(3000), 2)
     harness.add_request("short", range(50), 2)
     harness.add_request("urgent-long", range(3000), 2, priority=-10)
-    assert drain(harness) == ["urgent-long", "short", "long"]
+    assert drain(harness).finished == ["urgent-long", "short", "long"]
 
 
 def test_stock_fcfs_serves_in_arrival_order_on_the_same_workload():
@@ -34,7 +25,7 @@ def test_stock_fcfs_serves_in_arrival_order_on_the_same_workload():
     harness.add_request("long", range(3000), 2)
     harness.add_request("short", range(50), 2)
     harness.add_request("urgent-long", range(3000), 2, priority=-10)
-    assert drain(harness) == ["long", "short", "urgent-long"]
+    assert drain(harness).finished == ["long", "short", "urgent-long"]
 
 
 def test_preemption_victim_is_the_lowest_ranked_running_request():
@@ -65,7 +56,7 @@ def test_rejected_requests_finish_with_a_reason_and_never_enter_the_engine():
     for out in rejected.values():
         assert out.finish_reason == FinishReason.ABORT
         assert out.stop_reason == Rejection(reason="queue_full", retry_after_s=3).stop_reason
-    assert sorted(result.finished_request_ids + tuple(drain(harness))) == ["r0", "r1", "r2", "r3"]
+    assert sorted(result.finished_request_ids + tuple(drain(harness).finished)) == ["r0", "r1", "r2", "r3"]
 
 
 def test_invalid_metadata_is_rejected_not_crashed():
@@ -76,7 +67,7 @@ def test_invalid_metadata_is_rejected_not_crashed():
     bad = [out for out in result.outputs if out.request_id == "bad"]
     assert bad and bad[0].finish_reason == FinishReason.ABORT
     assert "priority must be between -20 and 20" in bad[0].stop_reason
-    assert sorted(result.finished_request_ids + tuple(drain(harness))) == ["bad", "good"]
+    assert sorted(result.finished_request_ids + tuple(drain(harness).finished)) == ["bad", "good"]
 
 
 @attrs.define
@@ -121,7 +112,7 @@ def test_async_variant_schedules_like_the_sync_one():
                                                            max_num_seqs=2))
         for name, prompt, priority in [("a", 900, 3), ("b", 60, 0), ("c", 400, -4), ("d", 30, 0)]:
             harness.add_request(name, range(prompt), 4, priority=priority)
-        return drain(harness)
+        return drain(harness).finished
 
     sync = order(None)
     assert order(AsyncPolicyScheduler) == sync

@@ -19,7 +19,7 @@ from integrations.vllm_v1 import Pipeline, serve
 from integrations.vllm_v1.instruments.hold import HOLD_HOOK
 from integrations.vllm_v1.instruments.step_log import read_step_log, step_log_server_args
 from policies import WFQ, AdmissionController
-from tests.integration.http_client import free_port, get_text, metric, post, server_model
+from tests.helpers.http import free_port, get_text, metric, post, server_model
 
 pytestmark = pytest.mark.engine
 

@@ -11,6 +11,7 @@ from integrations.vllm_v1.instruments.harness import EngineShape
 from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL, STOCK
 from integrations.vllm_v1.scheduling.start_gate import StartGateHook
 from policies import DecodeKVGate
+from tests.helpers.drain import drain
 
 needed_st = st.lists(st.integers(0, 400), max_size=12)
 usage_st = st.floats(0.01, 1.0)
@@ -53,9 +54,7 @@ def run_to_completion(harness: SchedulerHarness, prompts: int, tokens: int) -> l
     for i in range(prompts):
         harness.add_request(f"r{i}", range(i * 10_000, i * 10_000 + tokens), max_tokens=8)
     running = []
-    while harness.has_requests():
-        harness.step()
-        running.append(len(harness.scheduler.running))
+    drain(harness, check=lambda scheduler: running.append(len(scheduler.running)))
     return running
 
 

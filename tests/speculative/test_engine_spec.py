@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from tests.conftest import ENGINE_KWARGS
+from tests.helpers.engine import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine
 

@@ -10,7 +10,7 @@ import pytest
 
 from integrations.vllm_v1 import Pipeline, engine_kwargs, serve
 from policies.speculative import SpeculationBudget
-from tests.integration.http_client import free_port, get_text, metric, post, server_model
+from tests.helpers.http import free_port, get_text, metric, post, server_model
 
 pytestmark = pytest.mark.engine
 

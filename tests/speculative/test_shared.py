@@ -8,7 +8,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from policies.speculative import SharedSuffixCache, SuffixAutomaton
 from policies.speculative.shared import SEPARATOR, SharedCursors
-from tests.speculative.test_automaton import oracle_match
+from tests.helpers.oracles import oracle_match
 
 
 class SharedCacheMachine(RuleBasedStateMachine):
