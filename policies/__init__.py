@@ -67,6 +67,17 @@ from policies.protocols import (
 )
 from policies.ranking import FCFSOrder, QoSRanker
 from policies.rate import TokenBucket, TokenBucketStats
+from policies.slo_admission import (
+    PrefillLedger,
+    PrefillLedgerStats,
+    SLOAdmission,
+    SLOAdmissionStats,
+    SLODecision,
+    SLOTarget,
+    SLOVerdict,
+    StepTimeModel,
+    TTFTDeadlineRanker,
+)
 from policies.speculative import (
     AutomatonStats,
     Draft,
@@ -82,10 +93,22 @@ from policies.speculative import (
     SuffixAutomaton,
     SuffixDrafter,
 )
+from policies.step_budget import StepPrefillBudget, StepPrefillBudgetStats
 from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [
+    "PrefillLedger",
+    "PrefillLedgerStats",
+    "SLOAdmission",
+    "SLOAdmissionStats",
+    "SLODecision",
+    "SLOTarget",
+    "SLOVerdict",
+    "StepPrefillBudget",
+    "StepPrefillBudgetStats",
+    "StepTimeModel",
+    "TTFTDeadlineRanker",
     "Tier",
     "TierMove",
     "TierPlacement",

@@ -6,7 +6,11 @@ Example:
         --max-requests 2000 --systems fcfs,priority,pipeline:qos --out out/replay
 
 Writes ``OUT/summary.json`` (config + one summary per system), ``OUT/ttft.png``
-and prints a table.
+and prints a table. ``stock+queue-caps`` in ``--systems`` replays every setting of
+`benchmarks.replay.systems.QUEUE_CAPS_SWEEP` (vLLM's ``max_num_queued_reqs`` /
+``max_num_queued_tokens`` on stock ``fcfs`` or ``priority``) and reports the best by goodput
+under that name; the whole sweep goes to ``summary.json["queue_caps_sweep"]``, and
+``summary.json["targets"]`` judges the decode-protection targets (`benchmarks.replay.targets`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,15 @@ from benchmarks.replay.datasets import assign_servegen_tenants
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.plots import plot_engine, plot_tenant_service, plot_ttft
+from benchmarks.replay.systems import (
+    QUEUE_CAPS,
+    QUEUE_CAPS_SWEEP,
+    QueueCaps,
+    best_queue_caps,
+    build_system,
+    expand_systems,
+)
+from benchmarks.replay.targets import decode_protection_targets, format_targets
 from benchmarks.replay.trace import Trace
 from benchmarks.replay.workloads import TENANT_WEIGHTS, load_workload
 
@@ -60,7 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--max-requests", type=int, default=None)
     parser.add_argument("--systems", default="fcfs,priority,pipeline:qos",
-                        help="comma-separated: fcfs, priority, pipeline:NAME|module:attr|file.py:attr")
+                        help="comma-separated: fcfs, priority, pipeline:NAME|module:attr|file.py:attr, "
+                             f"{QUEUE_CAPS} (a sweep, the best reported) or "
+                             f"{QUEUE_CAPS}:BASE[:reqs=N][:tokens=N] (one setting)")
     parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
     parser.add_argument("--cost-model", type=Path,
                         help="cost_model.json from benchmarks.replay.calibrate (replaces --gpu)")
@@ -81,25 +96,62 @@ def main(argv: list[str] | None = None) -> dict:
     base = load_cost_model(args.cost_model) if args.cost_model else StepCostModel.preset(args.gpu)
     cost_model = attrs.evolve(base, **parse_overrides(args.cost))
     shape = engine_shape(args)
-    summaries, runs = [], []
-    for system in args.systems.split(","):
+    requested = args.systems.split(",")
+    summaries, runs = {}, {}
+    for system in expand_systems(requested):
         with tqdm(total=len(trace.requests), desc=system, unit="req") as bar:
-            run = replay(trace, system, shape=shape, cost_model=cost_model, progress=bar.update)
-        runs.append(run)
-        summaries.append(summarize(run, weights=TENANT_WEIGHTS))
+            run = replay(trace, system, shape=shape, cost_model=cost_model, progress=bar.update,
+                         harness=build_system(system, shape))
+        runs[system] = run
+        summaries[system] = summarize(run, weights=TENANT_WEIGHTS)
+    sweep = None
+    if QUEUE_CAPS in requested:
+        sweep = queue_caps_sweep(summaries)
+        best = sweep["best"]
+        runs[QUEUE_CAPS] = attrs.evolve(runs[best], system=QUEUE_CAPS)
+        summaries[QUEUE_CAPS] = {**summaries[best], "system": QUEUE_CAPS, "setting": best}
+    shown = [s for s in requested if s in summaries]
     args.out.mkdir(parents=True, exist_ok=True)
     config = {"requests": len(trace.requests), "rate_scale": args.rate_scale,
               "tenants": args.tenants, "seed": args.seed, "gpu": args.gpu,
               "cost_model": attrs.asdict(cost_model), "engine": attrs.asdict(shape)}
     summary = {"trace": trace.name, "config": config,
-               "systems": {s["system"]: s for s in summaries}}
+               "systems": {s: summaries[s] for s in shown}}
+    if sweep is not None:
+        summary["queue_caps_sweep"] = sweep
+    summary["targets"] = decode_protection_targets(summary)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot_ttft(runs, args.out / "ttft.png")
-    plot_engine(runs, args.out / "engine.png")
-    plot_tenant_service(runs, args.out / "tenant_service.png")
-    print(format_table(summaries))
+    plotted = [runs[s] for s in shown]
+    plot_ttft(plotted, args.out / "ttft.png")
+    plot_engine(plotted, args.out / "engine.png")
+    plot_tenant_service(plotted, args.out / "tenant_service.png")
+    print(format_table([summaries[s] for s in shown]))
+    if sweep is not None:
+        print(f"\n{QUEUE_CAPS} sweep (best by goodput, then admitted SLO attainment: "
+              f"{sweep['best']})")
+        print(format_table([summaries[row["setting"]] for row in sweep["settings"]]))
+    if summary["targets"]:
+        print("\n" + format_targets(summary["targets"]))
     print(f"\nwrote summary.json, ttft.png, engine.png, tenant_service.png to {args.out}")
     return summary
+
+
+def queue_caps_sweep(summaries: dict[str, dict]) -> dict:
+    """The ``stock+queue-caps`` sweep from the replayed settings' summaries: one row per
+    setting and the best (highest goodput, then highest admitted SLO attainment)."""
+    rows = []
+    for caps in QUEUE_CAPS_SWEEP:
+        overall = summaries[caps.name]["overall"]
+        rows.append({"setting": caps.name, **attrs.asdict(caps),
+                     "goodput_rps": overall["goodput_rps"],
+                     "slo_attainment": overall["slo_attainment"],
+                     "admitted_slo_attainment": overall["admitted_slo_attainment"],
+                     "rejected": overall["rejected"],
+                     "ttft_p99_s": overall["ttft_p99_s"], "tpot_p99_s": overall["tpot_p99_s"]})
+    best = best_queue_caps({r["setting"]: (r["goodput_rps"], r["admitted_slo_attainment"])
+                            for r in rows})
+    return {"settings": rows, "best": best, "criterion": "goodput_rps, admitted_slo_attainment",
+            "best_setting": attrs.asdict(QueueCaps.parse(best))}
 
 
 def _ms(value: float | None) -> str:
@@ -108,7 +160,7 @@ def _ms(value: float | None) -> str:
 
 def format_table(summaries: list[dict]) -> str:
     """A fixed-width table of the headline numbers, one row per system."""
-    header = (f"{'system':<22}{'done':>6}{'rej':>5}{'TTFT p50':>10}{'TTFT p99':>10}"
+    header = (f"{'system':<36}{'done':>6}{'rej':>5}{'TTFT p50':>10}{'TTFT p99':>10}"
               f"{'short p99':>11}{'long p99':>10}{'TPOT p99':>10}{'SLO %':>7}{'goodput':>9}"
               f"{'Jain':>6}{'preempt':>8}")
     lines = [header + "   (times in ms)", "-" * len(header)]
@@ -116,7 +168,7 @@ def format_table(summaries: list[dict]) -> str:
         o, c = s["overall"], s["by_class"]
         jain = s["fairness"]["jain_mean"]
         lines.append(
-            f"{s['system']:<22}{o['completed']:>6}{o['rejected']:>5}{_ms(o['ttft_p50_s']):>10}"
+            f"{s['system']:<36}{o['completed']:>6}{o['rejected']:>5}{_ms(o['ttft_p50_s']):>10}"
             f"{_ms(o['ttft_p99_s']):>10}{_ms(c.get('short', {}).get('ttft_p99_s')):>11}"
             f"{_ms(c.get('long', {}).get('ttft_p99_s')):>10}{_ms(o['tpot_p99_s']):>10}"
             f"{100 * (o['slo_attainment'] or 0):>7.1f}{o['goodput_rps'] or 0:>9.2f}"

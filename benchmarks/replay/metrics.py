@@ -59,9 +59,26 @@ def meets_slo(record: RequestRecord, slos: Mapping[str, SLO]) -> bool:
     return record.ttft_s <= slo.ttft_s and (record.tpot_s or 0.0) <= slo.tpot_s
 
 
+def _late_when_cancelled(record: RequestRecord, slos: Mapping[str, SLO]) -> bool:
+    """Whether a cancelled request had already missed its TTFT target when it was cancelled."""
+    slo = slos.get(request_class(record))
+    if slo is None:
+        return True
+    first = record.token_times_s[0] if record.token_times_s else record.finish_s
+    return first is None or first - record.arrival_s > slo.ttft_s
+
+
 def latency_summary(records: Iterable[RequestRecord], slos: Mapping[str, SLO],
                     duration_s: float, weights: Mapping[str, float] | None = None) -> dict:
-    """Counts, TTFT/TPOT/ITL/E2E percentiles, SLO attainment, goodput, cache and fairness."""
+    """Counts, TTFT/TPOT/ITL/E2E percentiles, SLO attainment, goodput, cache and fairness.
+
+    ``slo_attainment`` is the share of all requests (rejected ones count as missing) that met
+    their SLO (`meets_slo`), ``goodput_rps`` those per second; ``admitted_slo_attainment``
+    the share of the admitted ones (not rejected; a cancelled request never meets its SLO);
+    ``admitted_slo_attainment_uncancelled`` the same without the requests the client
+    cancelled before they were late (no first token past the TTFT target), which the engine
+    could not have served in full.
+    """
     records = list(records)
     done = [r for r in records if r.outcome == "completed"]
     ttft = [r.ttft_s for r in done if r.ttft_s is not None]
@@ -71,6 +88,8 @@ def latency_summary(records: Iterable[RequestRecord], slos: Mapping[str, SLO],
     itl_p50, itl_p99 = _pct(gaps, 50), _pct(gaps, 99)
     meeting = sum(meets_slo(r, slos) for r in records)
     served = [r for r in records if r.outcome != "rejected"]
+    late_cancels = sum(r.outcome == "cancelled" and _late_when_cancelled(r, slos) for r in served)
+    judged = sum(r.outcome == "completed" for r in served) + late_cancels
     return {
         "offered": len(records),
         "completed": len(done),
@@ -86,6 +105,8 @@ def latency_summary(records: Iterable[RequestRecord], slos: Mapping[str, SLO],
         "itl_jitter": itl_p99 / itl_p50 if itl_p50 else None,
         "e2e_p99_s": _pct([r.e2e_s for r in done], 99),
         "slo_attainment": meeting / len(records) if records else None,
+        "admitted_slo_attainment": meeting / len(served) if served else None,
+        "admitted_slo_attainment_uncancelled": meeting / judged if judged else None,
         "goodput_rps": meeting / duration_s if duration_s > 0 else None,
         "prefix_hit_rate": (sum(r.cached_tokens for r in served)
                             / max(1, sum(r.prompt_tokens for r in served))),

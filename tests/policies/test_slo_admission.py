@@ -1,0 +1,250 @@
+"""SLO-aware admission: the prefill ledger, the EDF feasibility test, TPOT bounds, demotion."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies import (
+    AdmissionPolicy,
+    LifecycleObserver,
+    LoadSnapshot,
+    PrefillLedger,
+    RankingPolicy,
+    RequestView,
+    SLOAdmission,
+    SLOTarget,
+    SLOVerdict,
+    StepTimeModel,
+    TokenCapPolicy,
+    TTFTDeadlineRanker,
+)
+
+# 1,000 prefill tokens a step of 0.05 s: 20,000 prefill tokens/s, whatever runs.
+MODEL = StepTimeModel(base_s=0.026, decode_s_per_seq=0.0, prefill_s_per_token=2.4e-5)
+PER_STEP = 1000
+SLOS = {"gold": SLOTarget(ttft_s=0.5, tpot_s=0.06), "bronze": SLOTarget(ttft_s=10.0, tpot_s=0.2),
+        "tight": SLOTarget(ttft_s=0.5, tpot_s=0.01)}
+
+
+def load(now=0.0, running=0):
+    return LoadSnapshot(now=now, waiting_requests=0, running_requests=running, kv_usage=0.1,
+                        token_budget=8192)
+
+
+def view(request_id, prompt_tokens, *, slo_class="gold", arrival_s=0.0, priority=0,
+         computed_tokens=0, tenant="t"):
+    return RequestView(request_id=request_id, arrival_s=arrival_s, prompt_tokens=prompt_tokens,
+                       slo_class=slo_class, priority=priority, computed_tokens=computed_tokens,
+                       tenant=tenant)
+
+
+def policy(**kwargs):
+    ledger = PrefillLedger()
+    options = {"slos": SLOS, "ledger": ledger, "step_model": MODEL,
+               "max_prefill_tokens_per_step": PER_STEP, **kwargs}
+    return SLOAdmission(**options)
+
+
+def admit_all(admission, *requests, now=0.0):
+    """Admit each request as the scheduler would: the decision, then the observers."""
+    decisions = []
+    for request in requests:
+        decision = admission.admit(request, load(now))
+        decisions.append(decision)
+        if decision.admitted:
+            admission.ledger.on_admitted(request, now)
+            admission.on_admitted(request, now)
+    return decisions
+
+
+def test_the_policies_fit_their_pipeline_slots():
+    admission = policy()
+    assert isinstance(admission, AdmissionPolicy) and isinstance(admission, LifecycleObserver)
+    assert isinstance(admission.ledger, TokenCapPolicy)
+    assert isinstance(admission.ledger, LifecycleObserver)
+    assert isinstance(TTFTDeadlineRanker(slos=SLOS), RankingPolicy)
+
+
+def test_step_time_model_is_linear_in_what_the_step_runs():
+    model = StepTimeModel(base_s=0.01, decode_s_per_seq=0.001, prefill_s_per_token=1e-5,
+                          decode_s_per_context_token=1e-7)
+    assert model.step_s(10, 1000, 20000) == pytest.approx(0.01 + 0.01 + 0.01 + 0.002)
+    assert model.prefill_tokens_per_s(0, 1000) == pytest.approx(1000 / 0.02)
+
+
+def test_ledger_follows_chunks_to_decoding_and_forgets_finished_requests():
+    ledger = PrefillLedger()
+    rag = view("rag", 3000, slo_class="bronze")
+    ledger.on_admitted(rag, 0.0)
+    assert ledger.backlog_tokens == 3000 and ledger.remaining("rag") == 3000
+    assert ledger.token_cap(rag, load()) is None, "the ledger never caps"
+    ledger.on_scheduled(rag, 1000, 0.0)
+    assert ledger.remaining("rag") == 2000
+    ledger.on_scheduled(view("rag", 3000, computed_tokens=1000, slo_class="bronze"), 2000, 0.1)
+    assert ledger.backlog_tokens == 0
+    assert ledger.decoding_classes() == {"bronze"} and ledger.decoding_context_tokens == 3000
+    ledger.on_finished(rag, 1.0)
+    assert ledger.stats().decoding == 0 and ledger.decoding_context_tokens == 0
+    ledger.check_invariants()
+
+
+def test_ledger_learns_a_tenants_prefix_hit_from_a_second_chunk():
+    ledger = PrefillLedger()
+    first = view("a", 3000)
+    ledger.on_admitted(first, 0.0)
+    ledger.on_scheduled(first, 1000, 0.0)  # vLLM found 512 cached tokens: computed is 1512
+    ledger.on_scheduled(view("a", 3000, computed_tokens=1512), 1488, 0.1)
+    assert ledger.expected_cached_tokens("t") == 512
+    second = view("b", 1000)
+    ledger.on_admitted(second, 0.2)
+    assert ledger.remaining("b") == 1000 - 512
+    ledger.on_scheduled(second, 488, 0.2)  # one chunk covers the rest after the hit
+    assert ledger.remaining("b") == 0 and ledger.stats().decoding == 2
+    ledger.check_invariants()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["admit", "chunk", "finish"]),
+                          st.integers(1, 4000)), max_size=60))
+def test_ledger_sums_always_match_their_parts(events):
+    ledger = PrefillLedger()
+    computed: dict[str, int] = {}
+    for index, action, tokens in events:
+        rid = f"r{index}"
+        request = view(rid, 4000, computed_tokens=min(computed.get(rid, 0), 4000))
+        if action == "admit":
+            ledger.on_admitted(request, 0.0)
+            computed.setdefault(rid, 0)
+        elif action == "chunk" and rid in computed:
+            ledger.on_scheduled(request, min(tokens, 4000 - request.computed_tokens) or 1, 0.0)
+            computed[rid] = min(computed[rid] + tokens, 4000)
+        elif action == "finish":
+            ledger.on_finished(request, 0.0)
+            computed.pop(rid, None)
+        ledger.check_invariants()
+        assert ledger.backlog_tokens >= 0
+
+
+def test_a_request_without_a_target_is_admitted_unjudged():
+    admission = policy()
+    decision = admission.decide(view("x", 99999, slo_class="unknown"), load())
+    assert decision.verdict is SLOVerdict.ADMIT and decision.ttft_s is None
+    assert admission.admit(view("x", 99999, slo_class=None), load()).admitted
+    assert admission.stats().unclassified == 1
+
+
+def test_edf_admits_while_the_work_due_first_fits_before_the_deadline():
+    # 20,000 prefill tokens/s and 0.05 s steps: a Gold request (0.5 s, headroom 1) fits while
+    # the Gold work ahead of it plus its own stays within (0.5 - 0.05) s * 20,000 = 9,000 tokens.
+    admission = policy()
+    decisions = admit_all(admission, *(view(f"g{i}", 1000) for i in range(10)))
+    assert [d.admitted for d in decisions] == [True] * 9 + [False]
+    assert decisions[-1].reason == "slo_ttft"
+    assert 1.0 <= decisions[-1].retry_after_s <= 60.0
+    assert admission.stats().admitted == 9 and admission.stats().rejected == {"slo_ttft": 1}
+    admission.check_invariants()
+
+
+def test_a_later_deadline_waits_behind_earlier_ones_and_does_not_delay_them():
+    admission = policy()
+    admit_all(admission, *(view(f"g{i}", 1000) for i in range(4)))
+    bronze = view("b", 50000, slo_class="bronze")
+    assert admission.decide(bronze, load()).ttft_s == pytest.approx((4000 + 50000) / 20000
+                                                                    + 0.05)
+    assert admission.admit(bronze, load()).admitted
+
+
+def test_an_urgent_request_that_would_make_an_admitted_one_late_is_rejected():
+    admission = policy()
+    admit_all(admission, view("b", 198600, slo_class="bronze"))  # due at 10 s, done at 9.98 s
+    decision = admission.decide(view("g", 1000), load())
+    assert decision.verdict is SLOVerdict.REJECT, "it fits itself but would make b late"
+    assert admission.decide(view("g", 10), load()).verdict is SLOVerdict.ADMIT
+
+
+def test_a_planning_share_keeps_room_for_urgent_arrivals():
+    shared, unshared = policy(planning_share={1: 0.5}), policy()
+    for admission in (shared, unshared):
+        admit_all(admission, view("b", 40000, slo_class="bronze", priority=1), view("g", 1000))
+    b2 = view("b2", 60000, slo_class="bronze", priority=1)
+    assert unshared.admit(b2, load()).admitted, "(101,000 tokens at 20,000/s: 5.1 s)"
+    assert not shared.admit(b2, load()).admitted, "(101,000 tokens at 10,000/s: 10.15 s)"
+
+
+def test_tpot_is_checked_against_the_tightest_class_decoding():
+    busy = StepTimeModel(base_s=0.03, decode_s_per_seq=0.0001, prefill_s_per_token=2e-5)
+    admission = policy(step_model=busy)
+    assert admission.admit(view("b", 100, slo_class="bronze"), load(running=100)).admitted
+    admission.ledger.on_scheduled(view("t", 100, slo_class="tight"), 100, 0.0)  # decoding now
+    decision = admission.decide(view("b2", 100, slo_class="bronze"), load(running=100))
+    assert decision.verdict is SLOVerdict.REJECT and decision.reason == "slo_tpot"
+
+
+def test_protected_priorities_bound_every_admission_while_they_decode():
+    busy = StepTimeModel(base_s=0.03, decode_s_per_seq=0.0001, prefill_s_per_token=2e-5)
+    admission = policy(step_model=busy, protected_tpot_s={-1: 0.045})
+    assert admission.admit(view("b", 100, slo_class="bronze"), load(running=150)).admitted
+    admission.ledger.on_scheduled(view("vip", 100, slo_class=None, priority=-1), 100, 0.0)
+    assert not admission.admit(view("b2", 100, slo_class="bronze"), load(running=150)).admitted
+
+
+def test_a_tenant_that_accepts_a_lower_class_is_demoted_instead_of_rejected():
+    admission = policy(demotions={"gold": "bronze"})
+    admit_all(admission, *(view(f"g{i}", 1000) for i in range(9)))
+    decision = admission.decide(view("g9", 1000), load())
+    assert decision.verdict is SLOVerdict.DEMOTE and decision.slo_class == "bronze"
+    admit_all(admission, view("g9", 1000))
+    assert admission.stats().demoted == 1
+
+
+def test_length_classes_judge_requests_without_a_class():
+    admission = policy(length_classes=((511, "gold"), (2**31, "bronze")))
+    assert admission.target_class(view("s", 300, slo_class=None)) == "gold"
+    assert admission.target_class(view("l", 3000, slo_class=None)) == "bronze"
+    assert admission.target_class(view("own", 300, slo_class="tight")) == "tight"
+
+
+@settings(max_examples=50, deadline=None)
+@given(ahead=st.lists(st.integers(1, 5000), max_size=8), extra=st.integers(1, 5000),
+       prompt=st.integers(1, 6000), running=st.integers(0, 200))
+def test_more_work_ahead_never_turns_a_rejection_into_an_admission(ahead, extra, prompt,
+                                                                   running):
+    busy = StepTimeModel(base_s=0.01, decode_s_per_seq=0.0002, prefill_s_per_token=2e-5)
+    light, heavy = policy(step_model=busy), policy(step_model=busy)
+    for i, tokens in enumerate(ahead):
+        for admission in (light, heavy):
+            request = view(f"a{i}", tokens, slo_class="bronze", arrival_s=-5.0)
+            admission.ledger.on_admitted(request, 0.0)
+            admission.on_admitted(request, 0.0)
+    heavy.ledger.on_admitted(view("more", extra, slo_class="bronze", arrival_s=-5.0), 0.0)
+    new = view("new", prompt, slo_class="gold")
+    if light.decide(new, load(running=running)).verdict is not SLOVerdict.ADMIT:
+        assert heavy.decide(new, load(running=running)).verdict is SLOVerdict.REJECT
+        assert heavy.decide(new, load(running=running + 10)).verdict is SLOVerdict.REJECT
+
+
+def test_deadline_ranker_orders_by_first_token_deadline():
+    ranker = TTFTDeadlineRanker(slos=SLOS, default_ttft_s=30.0)
+    bronze_early = view("b", 10, slo_class="bronze", arrival_s=0.0)
+    gold_late = view("g", 10, slo_class="gold", arrival_s=5.0)
+    assert ranker.rank_key(gold_late) == 5.5 < ranker.rank_key(bronze_early) == 10.0
+    assert ranker.rank_key(view("n", 10, slo_class=None)) == 30.0
+    assert ranker.effective_priority(gold_late, 5.0) == pytest.approx(0.5)
+
+
+def test_bad_configuration_is_rejected():
+    with pytest.raises(ValueError, match=r"demotions\['gold'\] = 'nope' has no target"):
+        policy(demotions={"gold": "nope"})
+    with pytest.raises(ValueError, match="length_classes: class 'nope'"):
+        policy(length_classes=((10, "nope"),))
+    with pytest.raises(ValueError, match=r"planning_share\[1\] must be in \(0, 1\]"):
+        policy(planning_share={1: 0.0})
+    with pytest.raises(ValueError, match="ttft_s must be finite and > 0"):
+        SLOTarget(ttft_s=0.0, tpot_s=0.1)
+    with pytest.raises(ValueError, match="min_retry_after_s must be <= max_retry_after_s"):
+        policy(min_retry_after_s=5.0, max_retry_after_s=1.0)
+    with pytest.raises(ValueError, match="slos must map class names to SLOTarget"):
+        policy(slos={"gold": 0.5})
+    assert math.isinf(policy().predict_ttft_s(view("x", 10, slo_class=None), load()))
