@@ -34,7 +34,8 @@ from benchmarks.replay.trace import (
     TraceFormatError,
     TraceRequest,
     load_jsonl,
-    open_text,
+    numbered_lines,
+    parse_json_line,
 )
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -109,29 +110,45 @@ def load_azure_csv(path: str | os.PathLike[str], *, name: str | None = None) -> 
         TraceFormatError: on a bad header or row, naming the file and line.
     """
     rows = []
-    with open_text(path) as text:
-        reader = csv.reader(text)
-        header = next(reader, None)
-        if header != list(AZURE_HEADER):
-            raise TraceFormatError(
-                path, 1, f"expected the header {','.join(AZURE_HEADER)}, got {header!r}"
-            )
-        for row in reader:
-            line = reader.line_num
-            if not row:
-                continue
-            if len(row) != len(AZURE_HEADER):
-                raise TraceFormatError(path, line, f"expected 3 fields, got {len(row)}")
-            try:
-                time_s = _azure_timestamp_s(row[0])
-                fields = {
-                    "prompt_tokens": _positive_int(row[1], "ContextTokens"),
-                    "output_tokens": _positive_int(row[2], "GeneratedTokens"),
-                }
-            except ValueError as exc:
-                raise TraceFormatError(path, line, str(exc)) from None
-            rows.append((line, time_s, fields))
+    reader = csv.reader(text for _, text in numbered_lines(path))
+    _, header = _csv_row(path, reader)
+    if header != list(AZURE_HEADER):
+        raise TraceFormatError(
+            path, 1, f"expected the header {','.join(AZURE_HEADER)}, got {header!r}"
+        )
+    while True:
+        line, row = _csv_row(path, reader)
+        if row is None:
+            break
+        if not row:
+            continue
+        if any("\n" in field or "\r" in field for field in row):
+            raise TraceFormatError(path, line, "a quoted field runs over several lines "
+                                               "(an unterminated quote?)")
+        if len(row) != len(AZURE_HEADER):
+            raise TraceFormatError(path, line, f"expected 3 fields, got {len(row)}")
+        try:
+            time_s = _azure_timestamp_s(row[0])
+            fields = {
+                "prompt_tokens": _positive_int(row[1], "ContextTokens"),
+                "output_tokens": _positive_int(row[2], "GeneratedTokens"),
+            }
+        except ValueError as exc:
+            raise TraceFormatError(path, line, str(exc)) from None
+        rows.append((line, time_s, fields))
     return _rebased_trace(path, name or _stem(path), rows)
+
+
+def _csv_row(path: str | os.PathLike[str], reader: Any) -> tuple[int, list[str] | None]:
+    """The line the next CSV record starts on, and the record (None at the end); a
+    malformed record is a `TraceFormatError` naming the line it starts on."""
+    start = reader.line_num + 1
+    try:
+        return start, next(reader)
+    except StopIteration:
+        return start, None
+    except csv.Error as exc:
+        raise TraceFormatError(path, start, f"malformed CSV record ({exc})") from None
 
 
 def load_mooncake_jsonl(path: str | os.PathLike[str], *, name: str | None = None) -> Trace:
@@ -145,22 +162,18 @@ def load_mooncake_jsonl(path: str | os.PathLike[str], *, name: str | None = None
         TraceFormatError: on a bad line, naming the file and line.
     """
     rows = []
-    with open_text(path) as lines:
-        for line, text in enumerate(lines, start=1):
-            if not text.strip():
-                continue
-            try:
-                rows.append((line, *_mooncake_record(text)))
-            except ValueError as exc:
-                raise TraceFormatError(path, line, str(exc)) from None
+    for line, text in numbered_lines(path):
+        if not text.strip():
+            continue
+        try:
+            rows.append((line, *_mooncake_record(text)))
+        except ValueError as exc:
+            raise TraceFormatError(path, line, str(exc)) from None
     return _rebased_trace(path, name or _stem(path), rows, block_size=MOONCAKE_BLOCK_SIZE)
 
 
 def _mooncake_record(text: str) -> tuple[float, dict[str, Any]]:
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"invalid JSON: {exc.msg}") from None
+    obj = parse_json_line(text)
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     for key in obj:
@@ -197,8 +210,7 @@ def sniff_format(path: str | os.PathLike[str]) -> str:
     Raises:
         ValueError: if the first non-blank line fits none of them.
     """
-    with open_text(path) as lines:
-        first = next((text for text in lines if text.strip()), "")
+    first = next((text for _, text in numbered_lines(path) if text.strip()), "")
     if first.startswith(AZURE_HEADER[0] + ","):
         return "azure"
     try:

@@ -92,3 +92,5 @@ class SystemRun:
     samples: tuple[EngineSample, ...] = ()
     wall_s: float = 0.0
     """Real seconds the replay took."""
+    fast_forwarded_steps: int = 0
+    """Of ``steps``, those played by fast-forward (`benchmarks.replay.fast_forward`)."""

@@ -27,8 +27,10 @@ Request keys (``arrival_s``, ``prompt_tokens`` and ``output_tokens`` are require
 - ``block_hashes``: a list of integers, one per ``block_size`` prompt tokens from
   the start of the prompt; equal hashes at equal positions mean a shared prefix.
 
-Any other key, a wrong type or a bad value raises `TraceFormatError` naming the
-file, the 1-based line and the reason.
+Any other key (or a key given twice), a wrong type or a bad value raises
+`TraceFormatError` naming the file, the 1-based line and the reason; so does a line
+that cannot be read (not UTF-8, a truncated or corrupt gzip stream), at the first
+such line, before anything after it is read.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ import gzip
 import json
 import math
 import os
-from collections.abc import Iterable
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -240,6 +243,58 @@ def open_text(path: str | os.PathLike[str], mode: str = "r") -> IO[str]:
     return open(path, mode, encoding="utf-8")  # noqa: SIM115 - returned to the caller
 
 
+def numbered_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
+    """``(1-based line number, text)`` of a trace file, through gzip if it ends in ``.gz``.
+
+    Lines are read as bytes and decoded one by one, so an error names its own line.
+
+    Raises:
+        TraceFormatError: naming the line that cannot be read (not UTF-8, a truncated
+            or corrupt gzip stream); OSError if the file cannot be opened.
+    """
+    opener = gzip.open if os.fspath(path).endswith(".gz") else open
+    with opener(path, "rb") as raw:
+        line = 0
+        while True:
+            line += 1
+            try:
+                data = raw.readline()
+            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+                raise TraceFormatError(path, line, f"cannot read the gzip stream ({exc})"
+                                       ) from None
+            if not data:
+                return
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceFormatError(path, line, f"not UTF-8 text (byte {exc.start + 1} of "
+                                                   f"the line: {exc.reason})") from None
+            yield line, text
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"key {key!r} given twice")
+        obj[key] = value
+    return obj
+
+
+def parse_json_line(text: str) -> Any:
+    """One line of JSON, refusing a key given twice (``json`` would keep the last silently).
+
+    Raises:
+        ValueError: the reason, for the caller to put in a `TraceFormatError`.
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError("invalid JSON: nested too deeply") from None
+
+
 def _default_name(path: str | os.PathLike[str]) -> str:
     return Path(os.fspath(path).removesuffix(".gz")).stem
 
@@ -286,37 +341,36 @@ def load_jsonl(path: str | os.PathLike[str]) -> Trace:
     requests: list[TraceRequest] = []
     first_line_of: dict[str, int] = {}
     seen_content = False
-    with open_text(path) as lines:
-        for line, text in enumerate(lines, start=1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceFormatError(path, line, f"invalid JSON: {exc.msg}") from None
-            if not isinstance(obj, dict):
-                raise TraceFormatError(
-                    path, line, f"expected a JSON object, got {type(obj).__name__}"
-                )
-            if not seen_content and "arrival_s" not in obj:
-                header = _parse_header(path, line, obj)
-                seen_content = True
-                continue
+    for line, text in numbered_lines(path):
+        if not text.strip():
+            continue
+        try:
+            obj = parse_json_line(text)
+        except ValueError as exc:
+            raise TraceFormatError(path, line, str(exc)) from None
+        if not isinstance(obj, dict):
+            raise TraceFormatError(
+                path, line, f"expected a JSON object, got {type(obj).__name__}"
+            )
+        if not seen_content and "arrival_s" not in obj:
+            header = _parse_header(path, line, obj)
             seen_content = True
-            request = _parse_request(path, line, obj, len(requests))
-            if request.request_id in first_line_of:
-                raise TraceFormatError(
-                    path,
-                    line,
-                    f"duplicate request_id {request.request_id!r} "
-                    f"(first on line {first_line_of[request.request_id]})",
-                )
-            first_line_of[request.request_id] = line
-            try:
-                request.check_block_hashes(header["block_size"])
-            except ValueError as exc:
-                raise TraceFormatError(path, line, str(exc)) from None
-            requests.append(request)
+            continue
+        seen_content = True
+        request = _parse_request(path, line, obj, len(requests))
+        if request.request_id in first_line_of:
+            raise TraceFormatError(
+                path,
+                line,
+                f"duplicate request_id {request.request_id!r} "
+                f"(first on line {first_line_of[request.request_id]})",
+            )
+        first_line_of[request.request_id] = line
+        try:
+            request.check_block_hashes(header["block_size"])
+        except ValueError as exc:
+            raise TraceFormatError(path, line, str(exc)) from None
+        requests.append(request)
     return Trace(name=header["name"], requests=tuple(requests), block_size=header["block_size"])
 
 
