@@ -17,7 +17,7 @@ messages, new ones included. For each request, in order:
    rejection ticket (`integrations.vllm_v1.serving.rejection_channel`) added.
 
 Bodies that are not JSON objects are left to vLLM's own validation (400 too); a body
-over 64 MiB gets 413. Configuration comes from our ``--additional-config`` entry, read
+over 64 MiB gets 413, one nested too deeply for Python's parser 400. Configuration comes from our ``--additional-config`` entry, read
 from the app vLLM built (`integrations.vllm_v1.serving.asgi.app_entry`) at start-up.
 """
 
@@ -146,7 +146,14 @@ class SchedulingMetadataValidator:
             await send_error(send, 413, f"request body larger than {MAX_BODY_BYTES} bytes",
                              anthropic=route.anthropic_errors)
             return
-        payload = _json(body)
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None  # not JSON: vLLM answers
+        except RecursionError:  # vLLM's /invocations would answer 500
+            await send_error(send, 400, "request body is JSON nested too deeply",
+                             anthropic=route.anthropic_errors)
+            return
         if not route.accepts(payload):
             await self.app(scope, replay(body, receive), send)
             return
@@ -168,13 +175,6 @@ class SchedulingMetadataValidator:
                 shared["ticket_sent"] = TICKET_KEY in checked.payload.get("vllm_xargs", {})
                 scope = {**scope, "headers": _with_length(scope.get("headers", []), len(body))}
         await self.app(scope, replay(body, receive), send)
-
-
-def _json(body: bytes) -> object:
-    try:
-        return json.loads(body)
-    except (ValueError, RecursionError):
-        return None
 
 
 def _with_length(headers: Any, length: int) -> list[tuple[bytes, bytes]]:
