@@ -5,7 +5,8 @@ Example:
     python -m benchmarks.e2e_business_cases --quick --out out/business_case
 
 Replays the five-phase, seven-tenant workload (`workload`) through every system
-(`systems`) on vLLM's real scheduler in virtual time and writes ``OUT/summary.json``
+(`systems`; ``stock+queue-caps`` is a sweep of vLLM's own frontend admission settings, the
+best reported) on vLLM's real scheduler in virtual time and writes ``OUT/summary.json``
 (`study`), ``OUT/report.md`` (`report`) and the figures of `plots.FIGURES`; prints the
 headline table and the targets. With ``--live``, plays a scaled-down version of the same
 workload through real CPU vLLM servers over HTTP instead (`live`).
@@ -27,6 +28,7 @@ from benchmarks.e2e_business_cases.report import console_table, markdown_report
 from benchmarks.e2e_business_cases.study import run_study
 from benchmarks.e2e_business_cases.systems import PIPELINES, SYSTEMS
 from benchmarks.e2e_business_cases.workload import business_workload
+from benchmarks.replay.systems import QUEUE_CAPS, expand_systems
 
 PHASE_S = 60.0
 QUICK_PHASE_S = 30.0
@@ -43,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="workload seed")
     parser.add_argument("--systems", default=None,
                         help=f"comma-separated systems (default: {','.join(SYSTEMS)}; also "
-                             f"{','.join(p for p in PIPELINES if p not in SYSTEMS)}; "
+                             f"{','.join(p for p in PIPELINES if p not in SYSTEMS)} and "
+                             f"{QUEUE_CAPS}:BASE[:reqs=N][:tokens=N]; {QUEUE_CAPS} alone "
+                             "replays a sweep of settings and reports the best; "
                              f"with --live: {','.join(LIVE_SYSTEMS)})")
     parser.add_argument("--live", action="store_true",
                         help="a scaled-down run through real CPU vLLM servers over HTTP "
@@ -61,7 +65,8 @@ def main(argv: list[str] | None = None) -> dict:
     phase_s = args.phase_s or (QUICK_PHASE_S if args.quick else PHASE_S)
     workload = business_workload(seed=args.seed, phase_s=phase_s)
     systems = (args.systems or ",".join(SYSTEMS)).split(",")
-    with tqdm(total=len(workload.trace.requests) * len(systems), unit="req") as bar:
+    replayed = expand_systems(systems)
+    with tqdm(total=len(workload.trace.requests) * len(replayed), unit="req") as bar:
         def progress(system: str):
             bar.set_description(system)
             return bar.update

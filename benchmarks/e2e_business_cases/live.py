@@ -7,6 +7,8 @@ length (the tenant's system prompt stays a shared, versioned prefix) for the
 embedded tiny model. Each system gets its own OpenAI server in turn:
 
 - ``fcfs``, ``priority``: stock vLLM (``--scheduling-policy``), no pipeline;
+- ``stock+queue-caps:BASE[:reqs=N][:tokens=N]``: stock vLLM ``BASE`` with its own frontend
+  admission (``--max-num-queued-reqs``, ``--max-num-queued-tokens``);
 - ``pipeline``, ``pipeline+fixes``: `systems.PIPELINES` via `integrations.vllm_v1.serve`.
 
 `live_client.play` streams every request at its arrival time and records it
@@ -36,15 +38,16 @@ import attrs
 from benchmarks.e2e_business_cases.live_client import LiveRequest, play
 from benchmarks.e2e_business_cases.phase_metrics import run_phases
 from benchmarks.e2e_business_cases.report import console_table, markdown_report
-from benchmarks.e2e_business_cases.systems import PIPELINES, SYSTEMS
+from benchmarks.e2e_business_cases.slos import DEFINITIONS, PRIMARY
+from benchmarks.e2e_business_cases.systems import PIPELINES
 from benchmarks.e2e_business_cases.targets import evaluate
 from benchmarks.e2e_business_cases.workload import (
     BASE_RATE_SCALE,
     BusinessWorkload,
     business_workload,
 )
-from benchmarks.replay.metrics import DEFAULT_SLOS
 from benchmarks.replay.records import SystemRun
+from benchmarks.replay.systems import QUEUE_CAPS, QueueCaps
 from integrations.vllm_v1.instruments.step_log import step_log_server_args
 from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 from integrations.vllm_v1.serving.server import API_SERVER_MODULE, LocalServer, offline_env, serve
@@ -146,7 +149,7 @@ def free_port() -> int:
 
 def start_server(system: str, scale: LiveScale, *, model: str, log_path: Path,
                  step_log: Path | None = None) -> LocalServer:
-    """An OpenAI server on ``model`` for one of `SYSTEMS` (stock: no pipeline at all).
+    """An OpenAI server on ``model`` for one system (stock: no pipeline at all).
 
     With ``step_log``, a pipeline system's engine also logs every step there (the input of
     the replay's cost-model calibration); stock systems cannot log steps.
@@ -157,10 +160,18 @@ def start_server(system: str, scale: LiveScale, *, model: str, log_path: Path,
         extra = () if step_log is None else step_log_server_args(pipeline, step_log)
         return serve(pipeline, model, port=port, vllm_args=(*scale.vllm_args(), *extra),
                      log_path=str(log_path))
-    if system not in SYSTEMS:
-        raise ValueError(f"unknown system {system!r}: use one of {', '.join(SYSTEMS)}")
+    caps = QueueCaps.parse(system) if system.startswith(QUEUE_CAPS + ":") else None
+    if caps is None and system not in ("fcfs", "priority"):
+        raise ValueError(f"unknown system {system!r}: use one of fcfs, priority, "
+                         f"{QUEUE_CAPS}:BASE[:reqs=N][:tokens=N], {', '.join(PIPELINES)}")
+    admission = [] if caps is None else [
+        *(["--max-num-queued-reqs", str(caps.max_num_queued_reqs)]
+          if caps.max_num_queued_reqs is not None else []),
+        *(["--max-num-queued-tokens", str(caps.max_num_queued_tokens)]
+          if caps.max_num_queued_tokens is not None else [])]
     argv = [sys.executable, "-m", API_SERVER_MODULE, "--model", model, "--host", "127.0.0.1",
-            "--port", str(port), "--scheduling-policy", system, *scale.vllm_args()]
+            "--port", str(port), "--scheduling-policy", caps.base if caps else system,
+            *admission, *scale.vllm_args()]
     with open(log_path, "wb") as sink:
         process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
                                    env=offline_env(), start_new_session=True)
@@ -194,7 +205,8 @@ def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *
         _warm_up(server, model)
         ready_s = time.perf_counter() - started
         records, samples = asyncio.run(play(server.url, model, requests,
-                                            with_priority=system != "fcfs"))
+                                            with_priority=not system.startswith(
+                                                (QUEUE_CAPS + ":fcfs", "fcfs"))))
         played_s = time.perf_counter() - started - ready_s
     run = SystemRun(system=system, records=tuple(records), samples=tuple(samples),
                     preemptions=0, steps=0, makespan_s=max(
@@ -236,13 +248,14 @@ def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,
         run, timings[system] = run_system(
             system, requests, scale, model=model, log_dir=log_dir,
             step_log=None if step_logs is None else step_logs / f"{system}.jsonl")
-        per_system[system] = run_phases(run, workload, DEFAULT_SLOS)
+        per_system[system] = run_phases(run, workload, DEFINITIONS[PRIMARY], DEFINITIONS)
         timings[system]["records"] = _outcomes(run)
     summary = {
         "config": {"requests": len(requests), "phase_s": scale.phase_s, "seed": seed,
                    "switch_tenant": workload.switch_tenant, "switch_s": workload.switch_s,
                    "weights": workload.weights,
-                   "slos": {k: attrs.asdict(v) for k, v in DEFAULT_SLOS.items()},
+                   "slo_definition": PRIMARY,
+                   "slos": {k: attrs.asdict(v) for k, v in DEFINITIONS[PRIMARY].items()},
                    "model": model},
         "live": {"scale": attrs.asdict(scale), "systems": timings,
                  "prompt_tokens": sum(len(r.prompt_token_ids) for r in requests),

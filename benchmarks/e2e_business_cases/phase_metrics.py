@@ -53,9 +53,21 @@ def _p99(records: Iterable[RequestRecord], slos: Mapping[str, SLO], duration_s: 
     return latency_summary(records, slos, duration_s)["ttft_p99_s"]
 
 
+def slo_figures(records: Sequence[RequestRecord], slos: Mapping[str, SLO],
+                duration_s: float) -> dict:
+    """SLO attainment (of all offered), goodput (SLO-meeting req/s) and the share of the
+    admitted requests meeting their SLO (cancelled ones count as missing; and without the
+    ones the client cancelled before they were late), under ``slos``."""
+    summary = latency_summary(records, slos, duration_s)
+    return {key: summary[key] for key in ("slo_attainment", "goodput_rps",
+                                          "admitted_slo_attainment",
+                                          "admitted_slo_attainment_uncancelled")}
+
+
 def phase_metrics(records: Sequence[RequestRecord], samples: Sequence[EngineSample], *,
                   workload: BusinessWorkload, index: int, offered: int,
-                  slos: Mapping[str, SLO]) -> dict:
+                  slos: Mapping[str, SLO],
+                  definitions: Mapping[str, Mapping[str, SLO]] | None = None) -> dict:
     """Metrics of the requests that arrived in phase ``index`` (see the module docstring).
 
     ``jain_index`` is Jain's index over the backlogged tenants' tier-weighted
@@ -63,6 +75,8 @@ def phase_metrics(records: Sequence[RequestRecord], samples: Sequence[EngineSamp
     ``fair_share_jain`` Jain's index of each tenant's served tokens over its
     weighted max-min fair share of the phase (`benchmarks.replay.fair_share`);
     ``queue_len_max`` is the longest waiting queue sampled during the phase.
+    SLO figures are under ``slos``; ``by_definition`` has them (`slo_figures`) under each of
+    ``definitions`` as well, by name.
     """
     phase_s, tiers = workload.phase_s, workload.tiers
     overall = latency_summary(records, slos, phase_s, workload.weights)
@@ -82,6 +96,12 @@ def phase_metrics(records: Sequence[RequestRecord], samples: Sequence[EngineSamp
         "slo_attainment_by_tier": {t: s["slo_attainment"] for t, s in by_tier.items()},
         "slo_attainment": overall["slo_attainment"],
         "goodput_rps": overall["goodput_rps"],
+        "admitted_slo_attainment": overall["admitted_slo_attainment"],
+        "admitted_slo_attainment_uncancelled": overall["admitted_slo_attainment_uncancelled"],
+        "admitted_slo_attainment_by_tier": {t: s["admitted_slo_attainment"]
+                                            for t, s in by_tier.items()},
+        "by_definition": {name: slo_figures(records, definition, phase_s)
+                          for name, definition in (definitions or {}).items()},
         "jain_index": overall["jain_index"],
         "fair_share_jain": fair_share_jain(records, weights=workload.weights),
         "prefix_hit_rate": overall["prefix_hit_rate"],
@@ -108,12 +128,13 @@ def hit_rate_series(records: Iterable[RequestRecord], *, bin_s: float,
     return [[(b + 0.5) * bin_s, cached[b] / prompt[b]] for b in sorted(prompt)]
 
 
-def run_phases(run: SystemRun, workload: BusinessWorkload,
-               slos: Mapping[str, SLO]) -> list[dict]:
+def run_phases(run: SystemRun, workload: BusinessWorkload, slos: Mapping[str, SLO],
+               definitions: Mapping[str, Mapping[str, SLO]] | None = None) -> list[dict]:
     """`phase_metrics` of every phase of one run, in phase order."""
     grouped: list[list[RequestRecord]] = [[] for _ in workload.phases]
     for record in run.records:
         grouped[workload.phase_index(record.arrival_s)].append(record)
     offered = Counter(workload.phase_index(r.arrival_s) for r in workload.trace.requests)
     return [phase_metrics(records, run.samples, workload=workload, index=i, offered=offered[i],
-                          slos=slos) for i, records in enumerate(grouped)]
+                          slos=slos, definitions=definitions)
+            for i, records in enumerate(grouped)]

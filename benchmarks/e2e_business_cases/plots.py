@@ -10,7 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-FIGURES = ("gold_ttft.png", "jain.png", "hit_rate.png")
+FIGURES = ("gold_ttft.png", "jain.png", "hit_rate.png", "goodput.png")
 """The files `plot_all` writes."""
 
 
@@ -32,7 +32,7 @@ def plot_gold_ttft(summary: dict, path: Path) -> None:
     """Gold short-request TTFT p99 per phase and system (log scale) against the Gold SLO."""
     fig, ax = plt.subplots(figsize=(9, 3.8))
     _phase_bars(summary, "gold_short_ttft_p99_s", ax, scale=1000.0)
-    ax.axhline(summary["config"]["slos"]["gold"]["ttft_s"] * 1000, color="k", ls="--",
+    ax.axhline(summary["config"]["slos"]["gold-chat"]["ttft_s"] * 1000, color="k", ls="--",
                label="Gold TTFT SLO")
     ax.set_yscale("log")
     ax.set_ylabel("Gold short TTFT p99 (ms)")
@@ -78,8 +78,26 @@ def plot_hit_rate(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_goodput(summary: dict, path: Path) -> None:
+    """Goodput and the share of admitted requests meeting their SLO, per phase and system."""
+    fig, axes = plt.subplots(2, 1, figsize=(9, 6.2), sharex=True)
+    _phase_bars(summary, "goodput_rps", axes[0])
+    axes[0].axhline(9.0, color="k", ls="--", label="overload target 9 req/s")
+    axes[0].set_ylabel("goodput (SLO-meeting req/s)")
+    axes[0].legend(fontsize=8, ncol=4, loc="upper left")
+    _phase_bars(summary, "admitted_slo_attainment", axes[1], scale=100.0)
+    axes[1].axhline(95, color="k", ls="--", label="overload target 95 %")
+    axes[1].set_ylim(0, 105)
+    axes[1].set_ylabel("admitted requests\nmeeting their SLO (%)")
+    axes[1].legend(fontsize=8, ncol=4, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_all(summary: dict, out: Path) -> None:
     """Write every figure of `FIGURES` into ``out``."""
     plot_gold_ttft(summary, out / FIGURES[0])
     plot_jain(summary, out / FIGURES[1])
     plot_hit_rate(summary, out / FIGURES[2])
+    plot_goodput(summary, out / FIGURES[3])

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.e2e_business_cases.targets import (
+    ADMITTED_SLO_MIN,
+    GOODPUT_MIN_RPS,
     JAIN_MIN,
     RECOVERY_SHARE,
     SHORT_RATIO,
@@ -37,6 +39,13 @@ def _admission(m: dict) -> str:
     return text + (f" ({reasons}; {retry})" if m["rejected"] else "")
 
 
+def _definition(m: dict, name: str) -> str:
+    figures = m.get("by_definition", {}).get(name)
+    if figures is None:
+        return "–"
+    return f"{_num(figures['goodput_rps'])}, {_pct(figures['admitted_slo_attainment'])}"
+
+
 METRICS: tuple[tuple[str, Cell], ...] = (
     ("Gold short-request TTFT p99 (ms)", lambda m: _ms(m["gold_short_ttft_p99_s"])),
     ("Short-request TTFT p99 (ms)", lambda m: _ms(m["short_ttft_p99_s"])),
@@ -45,6 +54,13 @@ METRICS: tuple[tuple[str, Cell], ...] = (
     ("SLO attainment, Gold / Silver / Bronze",
      lambda m: " / ".join(_pct(v) for v in m["slo_attainment_by_tier"].values())),
     ("Goodput (SLO-meeting req/s)", lambda m: _num(m["goodput_rps"])),
+    ("Admitted requests meeting their SLO (without on-time client cancels)",
+     lambda m: f"{_pct(m['admitted_slo_attainment'])} "
+               f"({_pct(m['admitted_slo_attainment_uncancelled'])})"),
+    ("Admitted meeting their SLO, Gold / Silver / Bronze",
+     lambda m: " / ".join(_pct(v) for v in m["admitted_slo_attainment_by_tier"].values())),
+    ("Original tier SLOs: goodput, admitted meeting SLO",
+     lambda m: _definition(m, "tier")),
     ("Jain's index (tier-weighted, backlogged tenants)", lambda m: _num(m["jain_index"], 3)),
     ("Jain's index (served tokens / weighted fair share)",
      lambda m: _num(m["fair_share_jain"], 3)),
@@ -91,9 +107,54 @@ def headline_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
     return ["phase", *systems], rows
 
 
+def overload_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the overload table: the last phase's goodput and admission per
+    system, under the primary SLO definition and the original tier one."""
+    last = summary["phases"][-1]["systems"]
+    header = ["system", "offered = admitted + rejected", "goodput (req/s)",
+              "admitted meeting SLO", "(without on-time cancels)", "tier SLOs: goodput, admitted",
+              "Gold short TTFT p99 (ms)"]
+    rows = [[s, f"{m['offered']} = {m['admitted']} + {m['rejected']}", _num(m["goodput_rps"]),
+             _pct(m["admitted_slo_attainment"]), _pct(m["admitted_slo_attainment_uncancelled"]),
+             _definition(m, "tier"), _ms(m["gold_short_ttft_p99_s"])]
+            for s, m in last.items()]
+    return header, rows
+
+
+def sweep_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the ``stock+queue-caps`` sweep (empty without one)."""
+    sweep = summary.get("queue_caps_sweep")
+    if not sweep:
+        return [], []
+    header = ["setting", "goodput, whole run (req/s)", "admitted meeting SLO", "rejected",
+              "overload goodput", "overload admitted meeting SLO",
+              "Gold short TTFT p99, worst phase (ms)"]
+    rows = [[("**" + r["setting"] + "** (best)") if r["setting"] == sweep["best"]
+             else r["setting"], _num(r["goodput_rps"]), _pct(r["admitted_slo_attainment"]),
+             str(r["rejected"]), _num(r["overload_goodput_rps"]),
+             _pct(r["overload_admitted_slo_attainment"]),
+             _ms(r["gold_short_ttft_p99_s_worst_phase"])] for r in sweep["settings"]]
+    return header, rows
+
+
+def definition_rows(summary: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the SLO definitions, class by class (TTFT s / TPOT ms)."""
+    definitions = summary.get("slo_definitions", {})
+    names = list(definitions)
+    classes = list(next(iter(definitions.values()), {}))
+    rows = [[cls, *(f"{definitions[n][cls]['ttft_s']:g} s / "
+                    f"{definitions[n][cls]['tpot_s'] * 1000:g} ms" for n in names)]
+            for cls in classes]
+    return ["SLO class", *(f"`{n}` TTFT / TPOT" for n in names)], rows
+
+
 TARGET_TITLES = {
     "gold_short_ttft": "Gold short TTFT p99 within the Gold SLO, every phase",
-    "short_ttft_halved": f"short TTFT p99 ≤ {SHORT_RATIO}× fcfs, every phase",
+    "short_ttft_halved": f"short TTFT p99 ≤ {SHORT_RATIO}× the best stock system's, every phase",
+    "overload_admitted_slo": f"phase 5: ≥ {ADMITTED_SLO_MIN:.0%} of admitted requests meet "
+                             "their SLO",
+    "overload_goodput": f"phase 5: goodput ≥ {GOODPUT_MIN_RPS} req/s and ≥ the best stock "
+                        "system's",
     "jain": f"Jain ≥ {JAIN_MIN} in phases 3–5",
     "overload_conservation": "phase 5: offered = admitted + rejected, all with Retry-After",
     "hit_rate_recovery": f"switched tenant's hit rate in phase 3 ≥ {RECOVERY_SHARE:.0%} "
@@ -102,11 +163,23 @@ TARGET_TITLES = {
 
 
 def _target_values(entry: dict) -> str:
-    if entry["target"] == "overload_conservation":
+    target = entry["target"]
+    if target == "overload_conservation":
         offered, admitted, rejected, retry = entry["values"]
         return f"{offered} = {admitted} + {rejected}; {retry} with Retry-After"
-    if entry["target"] == "gold_short_ttft":
-        return ", ".join(_ms(v) for v in entry["values"]) + " ms"
+    if target == "gold_short_ttft":
+        return (", ".join(_ms(v) for v in entry["values"]) + " ms (best stock: "
+                + ", ".join(_ms(v) for v in entry["best_stock"]) + ")")
+    if target == "overload_admitted_slo":
+        return (f"{_pct(entry['values'][0])} ({_pct(entry['uncancelled'])} without on-time "
+                f"client cancels; best stock {entry['best_stock_systems']} "
+                f"{_pct(entry['best_stock'])})")
+    if target == "overload_goodput":
+        return (f"{_num(entry['values'][0])} req/s (best stock {entry['best_stock_systems']} "
+                f"{_num(entry['best_stock'])})")
+    if target == "jain":
+        return (", ".join(_num(v) for v in entry["values"]) + " (best stock: "
+                + ", ".join(_num(v) for v in entry["best_stock"]) + ")")
     return ", ".join(_num(v) for v in entry["values"])
 
 
@@ -117,14 +190,30 @@ def target_rows(summary: dict) -> list[list[str]]:
 
 
 def markdown_report(summary: dict) -> str:
-    """The whole report: the headline, the targets and the per-phase tables."""
-    gold_slo = summary["config"]["slos"]["gold"]["ttft_s"]
+    """The whole report: the headlines, the targets, the sweep, the SLOs and the phases."""
+    config = summary["config"]
+    gold_slo = config["slos"]["gold-chat"]["ttft_s"]
     header, rows = headline_rows(summary)
-    lines = [f"Workload: {summary['config']['requests']} requests, five phases of "
-             f"{summary['config']['phase_s']:.0f} s. Gold TTFT SLO: {_ms(gold_slo)} ms.", "",
+    lines = [f"Workload: {config['requests']} requests, five phases of "
+             f"{config['phase_s']:.0f} s. Gold short-request TTFT SLO: {_ms(gold_slo)} ms. "
+             f"SLOs: the `{config.get('slo_definition', '')}` definition (below); headline "
+             f"system: `{summary.get('headline', '')}`.", "",
              "#### Gold short-request TTFT p99 (ms)", ""]
-    lines += _table(header, rows) + ["", "#### Targets (each candidate vs stock fcfs)", ""]
+    lines += _table(header, rows)
+    lines += ["", "#### Phase 5 (overload): goodput and admission", ""]
+    lines += _table(*overload_rows(summary))
+    lines += ["", "#### Targets (each candidate vs the best stock system of the run)", ""]
     lines += _table(["target", "system", "measured", "verdict"], target_rows(summary)) + [""]
+    sweep_header, sweep = sweep_rows(summary)
+    if sweep:
+        caps = summary["queue_caps_sweep"]
+        lines += ["#### `stock+queue-caps` sweep (vLLM's `max_num_queued_reqs` / "
+                  "`max_num_queued_tokens`)", "",
+                  f"Best by {caps['criterion']}: `{caps['best']}`.", ""]
+        lines += _table(sweep_header, sweep) + [""]
+    definitions = definition_rows(summary)
+    if definitions[1]:
+        lines += ["#### SLO definitions", ""] + _table(*definitions) + [""]
     return "\n".join(lines + phase_tables(summary))
 
 
@@ -136,6 +225,13 @@ def console_table(summary: dict) -> str:
     lines += ["".join(cell.rjust(w) if i else cell.ljust(w)
                       for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
               for row in [header, *rows]]
+    lines.append("")
+    header, rows = overload_rows(summary)
+    lines.append("Phase 5 (overload): " + ", ".join(header[1:]))
+    lines += [f"  {r[0]:<18} " + " | ".join(r[1:]) for r in rows]
+    if summary.get("queue_caps_sweep"):
+        lines.append(f"stock+queue-caps = {summary['queue_caps_sweep']['best']} "
+                     f"(best of {len(summary['queue_caps_sweep']['settings'])} settings)")
     lines.append("")
     lines += [f"{'met   ' if e['passed'] else 'MISSED'}  {e['system']:<15} "
               f"{TARGET_TITLES[e['target']]}: {_target_values(e)}" for e in summary["targets"]]

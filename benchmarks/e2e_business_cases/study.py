@@ -3,15 +3,22 @@
 The summary is plain JSON data::
 
     {"config": {...},
+     "headline": "pipeline+slo",
+     "slo_definitions": {"tier": {slo_class: {"ttft_s", "tpot_s"}}, "kind": {...}},
      "phases": [{"name": ..., "start_s": ..., "end_s": ...,
-                 "systems": {"fcfs": M, "priority": M, "pipeline": M, "pipeline+fixes": M}},
+                 "systems": {"fcfs": M, "priority": M, "stock+queue-caps": M, ...}},
                 ...],
+     "queue_caps_sweep": {"settings": [...], "best": ..., "criterion": ...},
      "series": {"hit_rate": {system: [[t_s, rate], ...]},
                 "switch_tenant_hit_rate": {system: [[t_s, rate], ...]}},
      "targets": [...]}
 
-with ``M`` the output of `phase_metrics.phase_metrics` and ``targets`` that of
-`targets.evaluate`.
+with ``M`` the output of `phase_metrics.phase_metrics` (SLO figures under the primary
+definition, ``slos.PRIMARY``, and under each definition in ``M["by_definition"]``) and
+``targets`` that of `targets.evaluate`. ``stock+queue-caps`` is the best setting of the
+sweep (`queue_caps_sweep`), which replays every setting of
+`benchmarks.replay.systems.QUEUE_CAPS_SWEEP`; ``headline`` names the system the README
+leads with (`systems.HEADLINE`).
 """
 
 from __future__ import annotations
@@ -21,12 +28,21 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from benchmarks.e2e_business_cases.phase_metrics import hit_rate_series, run_phases
-from benchmarks.e2e_business_cases.systems import SYSTEMS, build_system
+from benchmarks.e2e_business_cases.slos import DEFINITIONS, PRIMARY
+from benchmarks.e2e_business_cases.systems import HEADLINE, SYSTEMS, build_system
 from benchmarks.e2e_business_cases.targets import evaluate
 from benchmarks.e2e_business_cases.workload import BusinessWorkload
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.driver import replay
-from benchmarks.replay.metrics import DEFAULT_SLOS, SLO
+from benchmarks.replay.metrics import SLO, latency_summary
+from benchmarks.replay.records import SystemRun
+from benchmarks.replay.systems import (
+    QUEUE_CAPS,
+    QUEUE_CAPS_SWEEP,
+    QueueCaps,
+    best_queue_caps,
+    expand_systems,
+)
 from integrations.vllm_v1.instruments.harness import EngineShape
 
 SHAPE = EngineShape(num_blocks=24800, block_size=16, max_num_seqs=256,
@@ -35,39 +51,80 @@ SHAPE = EngineShape(num_blocks=24800, block_size=16, max_num_seqs=256,
 HIT_RATE_BIN_S = 10.0
 
 
+def queue_caps_sweep(runs: Mapping[str, SystemRun], phases: Mapping[str, list[dict]],
+                     workload: BusinessWorkload, slos: Mapping[str, SLO]) -> dict:
+    """One row per `QUEUE_CAPS_SWEEP` setting and the best: the highest goodput over the whole
+    run (SLO-meeting requests per second of the five phases), then the highest share of
+    admitted requests meeting their SLO."""
+    duration_s = len(workload.phases) * workload.phase_s
+    rows = []
+    for caps in QUEUE_CAPS_SWEEP:
+        whole = latency_summary(runs[caps.name].records, slos, duration_s)
+        last = phases[caps.name][-1]
+        rows.append({
+            "setting": caps.name, **attrs.asdict(caps),
+            "goodput_rps": whole["goodput_rps"],
+            "admitted_slo_attainment": whole["admitted_slo_attainment"],
+            "rejected": whole["rejected"],
+            "overload_goodput_rps": last["goodput_rps"],
+            "overload_admitted_slo_attainment": last["admitted_slo_attainment"],
+            "gold_short_ttft_p99_s_worst_phase": max(
+                (m["gold_short_ttft_p99_s"] for m in phases[caps.name]
+                 if m["gold_short_ttft_p99_s"] is not None), default=None),
+        })
+    best = best_queue_caps({r["setting"]: (r["goodput_rps"], r["admitted_slo_attainment"])
+                            for r in rows})
+    return {"settings": rows, "best": best,
+            "criterion": "goodput_rps over the whole run, then admitted_slo_attainment"}
+
+
 def run_study(workload: BusinessWorkload, *, systems: Sequence[str] = SYSTEMS,
               shape: EngineShape = SHAPE, cost_model: StepCostModel | None = None,
-              slos: Mapping[str, SLO] = DEFAULT_SLOS,
+              definitions: Mapping[str, Mapping[str, SLO]] = DEFINITIONS,
+              primary: str = PRIMARY,
               progress: Callable[[str], Callable[[int], None]] | None = None) -> dict:
     """Replay ``workload`` through each of ``systems``; the summary in the module docstring.
 
     Every system replays the same trace on its own fresh harness, so systems do
     not share state. ``progress(system)`` returns a callback told of each
-    admitted arrival.
+    admitted arrival. SLO figures are judged under ``definitions[primary]`` (and under each
+    definition in ``by_definition``).
     """
     cost_model = cost_model or StepCostModel.preset("h100")
-    per_system, hit_rate, switch_hit_rate = {}, {}, {}
-    for system in systems:
-        run = replay(workload.trace, system, shape=shape, cost_model=cost_model,
-                     harness=build_system(system, shape),
-                     progress=progress(system) if progress else None)
-        per_system[system] = run_phases(run, workload, slos)
-        hit_rate[system] = hit_rate_series(run.records, bin_s=HIT_RATE_BIN_S)
-        switch_hit_rate[system] = hit_rate_series(run.records, bin_s=HIT_RATE_BIN_S,
-                                                  tenant=workload.switch_tenant)
+    slos = definitions[primary]
+    runs, per_system = {}, {}
+    for system in expand_systems(systems):
+        runs[system] = replay(workload.trace, system, shape=shape, cost_model=cost_model,
+                              harness=build_system(system, shape),
+                              progress=progress(system) if progress else None)
+        per_system[system] = run_phases(runs[system], workload, slos, definitions)
+    sweep = None
+    if QUEUE_CAPS in systems:
+        sweep = queue_caps_sweep(runs, per_system, workload, slos)
+        runs[QUEUE_CAPS], per_system[QUEUE_CAPS] = runs[sweep["best"]], per_system[sweep["best"]]
+    shown = [s for s in systems if s in per_system]
+    hit_rate = {s: hit_rate_series(runs[s].records, bin_s=HIT_RATE_BIN_S) for s in shown}
+    switch_hit_rate = {s: hit_rate_series(runs[s].records, bin_s=HIT_RATE_BIN_S,
+                                          tenant=workload.switch_tenant) for s in shown}
     phases = [{"name": phase.name, "start_s": i * workload.phase_s,
                "end_s": (i + 1) * workload.phase_s,
-               "systems": {system: per_system[system][i] for system in systems}}
+               "systems": {system: per_system[system][i] for system in shown}}
               for i, phase in enumerate(workload.phases)]
     summary = {
         "config": {"requests": len(workload.trace.requests), "phase_s": workload.phase_s,
                    "switch_tenant": workload.switch_tenant, "switch_s": workload.switch_s,
                    "tenants": {t.name: attrs.asdict(t) for t in workload.tenants},
-                   "weights": workload.weights,
+                   "weights": workload.weights, "slo_definition": primary,
                    "slos": {k: attrs.asdict(v) for k, v in slos.items()},
                    "engine": attrs.asdict(shape), "cost_model": attrs.asdict(cost_model)},
+        "headline": HEADLINE if HEADLINE in shown else shown[-1],
+        "slo_definitions": {name: {k: attrs.asdict(v) for k, v in d.items()}
+                            for name, d in definitions.items()},
         "phases": phases,
         "series": {"hit_rate": hit_rate, "switch_tenant_hit_rate": switch_hit_rate},
     }
+    if sweep is not None:
+        summary["queue_caps_sweep"] = sweep
+        summary["config"]["queue_caps_setting"] = attrs.asdict(QueueCaps.parse(sweep["best"]))
     summary["targets"] = evaluate(summary)
     return summary

@@ -1,8 +1,14 @@
-"""The four systems of the business case, each a fresh scheduler harness per run.
+"""The systems of the business case, each a fresh scheduler harness per run.
 
 - ``fcfs`` and ``priority``: stock vLLM with its own queue policies.
+- ``stock+queue-caps``: stock vLLM with its own frontend admission (``max_num_queued_reqs``
+  / ``max_num_queued_tokens``) on ``fcfs`` or ``priority``, at the best setting of a sweep
+  the study runs and reports (`benchmarks.replay.systems`); one setting is named
+  ``stock+queue-caps:BASE[:reqs=N][:tokens=N]``.
 - ``pipeline``: `business_pipeline`, the project's full composition without fixes.
 - ``pipeline+fixes``: `fixes_pipeline`, the same pipeline with the fix policies in.
+- ``pipeline+slo``: `slo_pipeline`, SLO-aware admission with earliest-deadline-first prefill
+  and a per-step prefill bound (the system the README leads with).
 - ``pipeline+fixes+guard`` (on request only): `guarded_pipeline`, an ablation.
 
 Pipelines hold stateful policies, so each run builds its own from these functions.
@@ -14,12 +20,27 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from benchmarks.replay.driver import build_harness
+from benchmarks.e2e_business_cases.slos import DEFINITIONS, PRIMARY
+from benchmarks.replay.cost_model import StepCostModel
+from benchmarks.replay.step_time import fit_step_time_model
+from benchmarks.replay.systems import QUEUE_CAPS
+from benchmarks.replay.systems import build_system as build_replay_system
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.presets import default_pipeline
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
 from integrations.vllm_v1.pipeline import Pipeline
-from policies import PRIORITY_MAX, EDFRanker, TenantPrefillBudget, TokenCaps
+from policies import (
+    PRIORITY_MAX,
+    EDFRanker,
+    KVWatermarks,
+    PrefillLedger,
+    SLOAdmission,
+    SLOTarget,
+    StepPrefillBudget,
+    TenantPrefillBudget,
+    TokenCaps,
+    TTFTDeadlineRanker,
+)
 from policies.prefill_guard import InteractivePrefillGuard
 
 
@@ -64,24 +85,80 @@ def guarded_pipeline() -> Pipeline:
                                                           InteractivePrefillGuard())))
 
 
+SLO_STEP_PREFILL_TOKENS = 1024
+"""`slo_pipeline`'s bound on one step's prefill tokens while requests decode."""
+SLO_HEADROOM = 0.9
+"""`slo_pipeline` admits when the predicted TTFT and TPOT are within 90 % of the targets."""
+SLO_PLANNING_SHARE = {0: 0.7, 1: 0.5}
+"""`slo_pipeline` plans Silver (priority 0) on 70 % and Bronze (1) on 50 % of the prefill
+rate, keeping the rest for Gold arrivals (tuned on seed 0, see the docs)."""
+COST_MODEL = "h100"
+"""The replay's step-cost model, which `slo_pipeline`'s step-time model is fitted to."""
+
+
+def slo_targets(definition: str = PRIMARY) -> dict[str, SLOTarget]:
+    """The business case's SLOs (`slos.DEFINITIONS`) as the policies' `SLOTarget` objects."""
+    return {cls: SLOTarget(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
+            for cls, slo in DEFINITIONS[definition].items()}
+
+
+def slo_pipeline(shape: EngineShape | None = None) -> Pipeline:
+    """SLO-aware admission, earliest-first-token-deadline prefill and a per-step prefill bound.
+
+    - ranking: `TTFTDeadlineRanker` over the ``kind`` SLOs: prefill is served earliest
+      first-token deadline first;
+    - rate: `StepPrefillBudget` (at most 1,024 prefill tokens in a step while anything
+      decodes, so every step, and every decode's TPOT, stays short) and `PrefillLedger`
+      (the remaining prefill of every admitted request);
+    - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
+      TPOT check against the tightest class decoding, on a `StepTimeModel` fitted to the
+      replay's H100 cost model, 90 % headroom, Silver and Bronze planned on 70 % and 50 %
+      of the prefill rate;
+    - watermarks: the KV red band only (as in `fixes_pipeline`), a safety net.
+
+    No tenant WFQ, MLFQ or token bucket: they would reorder prefill away from the deadlines
+    the admission plans on.
+    """
+    shape = shape or EngineShape(max_num_seqs=256)
+    slos = slo_targets()
+    ledger = PrefillLedger()
+    model = fit_step_time_model(StepCostModel.preset(COST_MODEL), max_decodes=shape.max_num_seqs,
+                                max_prefill_tokens=SLO_STEP_PREFILL_TOKENS)
+    admission = SLOAdmission(slos=slos, ledger=ledger, step_model=model,
+                             max_prefill_tokens_per_step=SLO_STEP_PREFILL_TOKENS,
+                             headroom=SLO_HEADROOM, tpot_headroom=SLO_HEADROOM,
+                             planning_share=SLO_PLANNING_SHARE)
+    budget = StepPrefillBudget(max_prefill_tokens=SLO_STEP_PREFILL_TOKENS,
+                               interactive_prompt_tokens=0)
+    return Pipeline(ranking=TTFTDeadlineRanker(slos=slos),
+                    rate=TokenCaps(policies=(budget, ledger)), admission=admission,
+                    watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1))
+
+
 PIPELINES: Mapping[str, Callable[[], Pipeline]] = {
     "pipeline": business_pipeline,
     "pipeline+fixes": fixes_pipeline,
+    "pipeline+slo": slo_pipeline,
     "pipeline+fixes+guard": guarded_pipeline,
 }
-SYSTEMS: tuple[str, ...] = ("fcfs", "priority", "pipeline", "pipeline+fixes")
+STOCK = ("fcfs", "priority", QUEUE_CAPS)
+"""The stock vLLM systems, the peers every target is judged against."""
+SYSTEMS: tuple[str, ...] = (*STOCK, "pipeline", "pipeline+fixes", "pipeline+slo")
 """The systems a study runs by default, in table order (``--systems`` also takes every name in
-`PIPELINES`)."""
+`PIPELINES` and ``stock+queue-caps:BASE[:reqs=N][:tokens=N]``)."""
+HEADLINE = "pipeline+slo"
+"""The system the README leads with."""
 
 
 def build_system(name: str, shape: EngineShape) -> SchedulerHarness:
-    """A fresh harness for one of `SYSTEMS` over an engine of ``shape``.
+    """A fresh harness for one of `SYSTEMS` (or one ``stock+queue-caps:...`` setting) over an
+    engine of ``shape``; plain ``stock+queue-caps`` is a sweep (`study.run_study`).
 
     Raises:
-        ValueError: for a name not in `SYSTEMS`.
+        ValueError: for an unknown name.
     """
     if name in PIPELINES:
         return SchedulerHarness.build(PIPELINES[name](), shape=shape)
-    if name in SYSTEMS:
-        return build_harness(name, shape)
-    raise ValueError(f"unknown system {name!r}: use one of {', '.join((*SYSTEMS[:2], *PIPELINES))}")
+    if name in ("fcfs", "priority") or name.startswith(QUEUE_CAPS):
+        return build_replay_system(name, shape)
+    raise ValueError(f"unknown system {name!r}: use one of {', '.join((*STOCK, *PIPELINES))}")

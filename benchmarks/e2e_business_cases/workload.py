@@ -19,8 +19,10 @@ Base rates are the enterprise tenants' times `BASE_RATE_SCALE`, which leaves the
 default engine (`benchmarks.e2e_business_cases.study.SHAPE`, H100 step costs)
 about half busy in the baseline; stock vLLM misses the Gold TTFT SLO from phase 3 on.
 
-Every request carries its tenant's tier as ``priority`` and ``slo_class`` and a
-completion deadline by tier (`TIER_DEADLINES_S`). Everything is drawn from
+Every request carries its tenant's tier as ``priority``, its tier and kind as ``slo_class``
+(``"<tier>-<kind>"``, e.g. ``gold-rag``: `slo_class`) and a completion deadline by tier
+(`TIER_DEADLINES_S`). Each kind of each tenant is its own Poisson stream (the superposition
+is the tenant's Poisson stream with the kind drawn by its mix). Everything is drawn from
 generators seeded by ``seed``: equal arguments give an equal trace.
 """
 
@@ -142,20 +144,59 @@ def is_short(prompt_tokens: int) -> bool:
     return prompt_tokens - SYSTEM_PROMPT_TOKENS < SHORT_PROMPT_TOKENS
 
 
+KINDS: tuple[str, ...] = ("chat", "code", "rag")
+"""The request kinds of the enterprise tenants (`TenantProfile.mix`)."""
+
+
+def slo_class(tier: str, kind: str) -> str:
+    """The SLO class a request of ``kind`` from a ``tier`` tenant carries: ``"<tier>-<kind>"``."""
+    return f"{tier}-{kind}"
+
+
+def tier_and_kind(cls: str) -> tuple[str, str]:
+    """``(tier, kind)`` of an SLO class built by `slo_class`.
+
+    Raises:
+        ValueError: for a class that is not ``"<tier>-<kind>"`` with a known kind.
+    """
+    tier, sep, kind = cls.rpartition("-")
+    if not sep or kind not in KINDS:
+        raise ValueError(f"SLO class {cls!r} is not '<tier>-<kind>' with a kind in {KINDS}")
+    return tier, kind
+
+
+def _system_prompt(tenant_index: int) -> tuple[int, ...]:
+    # `enterprise_trace`'s system-prompt hashes for the tenant at this index of `TENANTS`.
+    return tuple((tenant_index + 1) * 1_000_000 + j for j in range(SYSTEM_PROMPT_BLOCKS))
+
+
+def _kind_profiles(profiles: tuple[TenantProfile, ...], kind: str) -> tuple[TenantProfile, ...]:
+    """The tenants that send ``kind``, each sending only that kind at its rate of it."""
+    return tuple(attrs.evolve(t, rate_rps=t.rate_rps * share, mix=((kind, 1.0),))
+                 for t in profiles for k, share in t.mix if k == kind and share > 0)
+
+
 def _phase_requests(index: int, phase: Phase, *, phase_s: float, seed: int,
                     rate_scale: float, switch_s: float) -> list[TraceRequest]:
     profiles = tuple(phase.profile(t, rate_scale) for t in TENANTS)
+    position = {t.name: i for i, t in enumerate(TENANTS)}
     start_s = index * phase_s
+    seeds = random.Random(seed)
     requests = []
-    for request in enterprise_trace(duration_s=phase_s, seed=seed, tenants=profiles).requests:
-        arrival_s = start_s + request.arrival_s
-        hashes = request.block_hashes
-        if request.tenant == SWITCH_TENANT and arrival_s >= switch_s:
-            hashes = tuple(h + VERSION_HASH_STRIDE for h in hashes)
-        requests.append(attrs.evolve(
-            request, request_id=f"p{index + 1}-{request.request_id}", arrival_s=arrival_s,
-            block_hashes=hashes, deadline_s=TIER_DEADLINES_S[request.slo_class]))
-    return requests
+    for kind in KINDS:
+        trace = enterprise_trace(duration_s=phase_s, seed=seeds.getrandbits(32),
+                                 tenants=_kind_profiles(profiles, kind))
+        for request in trace.requests:
+            arrival_s = start_s + request.arrival_s
+            hashes = _system_prompt(position[request.tenant])
+            if request.tenant == SWITCH_TENANT and arrival_s >= switch_s:
+                hashes = tuple(h + VERSION_HASH_STRIDE for h in hashes)
+            tier = request.slo_class
+            requests.append(attrs.evolve(
+                request, request_id=f"p{index + 1}-{kind}-{request.request_id}",
+                arrival_s=arrival_s, block_hashes=hashes, slo_class=slo_class(tier, kind),
+                deadline_s=TIER_DEADLINES_S[tier]))
+    return sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
 
 
 def business_workload(*, seed: int = 0, phase_s: float = 60.0,

@@ -6,14 +6,17 @@ import pytest
 
 from benchmarks.e2e_business_cases.__main__ import main
 from benchmarks.e2e_business_cases.plots import FIGURES
-from benchmarks.e2e_business_cases.systems import SYSTEMS, build_system
+from benchmarks.e2e_business_cases.slos import DEFINITIONS
+from benchmarks.e2e_business_cases.systems import HEADLINE, SYSTEMS, build_system
 from benchmarks.e2e_business_cases.workload import PHASES, business_workload
+from benchmarks.replay.systems import QUEUE_CAPS, QUEUE_CAPS_SWEEP
 from integrations.vllm_v1.instruments.harness import EngineShape
 
 METRIC_KEYS = {
     "gold_short_ttft_p99_s", "short_ttft_p99_s", "ttft_p99_s_by_tier", "slo_attainment_by_tier",
     "goodput_rps", "jain_index", "fair_share_jain", "prefix_hit_rate", "offered", "admitted", "rejected",
     "rejections_by_reason", "all_rejections_have_retry_after", "queue_len_max",
+    "admitted_slo_attainment", "admitted_slo_attainment_uncancelled", "by_definition",
 }
 
 
@@ -33,6 +36,10 @@ def test_the_summary_has_every_phase_system_and_metric(study):
         for metrics in phase["systems"].values():
             assert set(metrics) >= METRIC_KEYS
             assert set(metrics["ttft_p99_s_by_tier"]) == {"gold", "silver", "bronze"}
+            assert set(metrics["by_definition"]) == set(DEFINITIONS)
+            # the primary definition's figures are the top-level ones
+            assert metrics["by_definition"]["kind"]["goodput_rps"] == metrics["goodput_rps"]
+    assert summary["headline"] == HEADLINE
 
 
 def test_admitted_plus_rejected_is_offered_per_phase_and_system(study):
@@ -50,14 +57,27 @@ def test_admitted_plus_rejected_is_offered_per_phase_and_system(study):
 def test_targets_report_and_figures_are_written(study):
     out, summary = study
     assert {(t["target"], t["system"]) for t in summary["targets"]} == {
-        (t, s) for s in ("pipeline", "pipeline+fixes")
+        (t, s) for s in ("pipeline", "pipeline+fixes", "pipeline+slo")
         for t in ("gold_short_ttft", "short_ttft_halved", "jain", "overload_conservation",
-                  "hit_rate_recovery")}
+                  "hit_rate_recovery", "overload_admitted_slo", "overload_goodput")}
     report = (out / "report.md").read_text()
     assert all(p.name in report for p in PHASES)
+    assert "stock+queue-caps` sweep" in report and "SLO definitions" in report
     assert all((out / name).stat().st_size > 0 for name in FIGURES)
 
 
+def test_the_queue_caps_sweep_is_reported_and_its_best_is_the_stock_system(study):
+    _, summary = study
+    sweep = summary["queue_caps_sweep"]
+    assert [row["setting"] for row in sweep["settings"]] == [c.name for c in QUEUE_CAPS_SWEEP]
+    best = max(sweep["settings"], key=lambda r: (r["goodput_rps"],
+                                                 r["admitted_slo_attainment"] or -1))
+    assert sweep["best"] == best["setting"]
+    last = summary["phases"][-1]["systems"][QUEUE_CAPS]
+    assert last["goodput_rps"] == best["overload_goodput_rps"]
+
+
 def test_an_unknown_system_is_refused():
-    with pytest.raises(ValueError, match="unknown system 'lifo': use one of fcfs, priority"):
+    with pytest.raises(ValueError, match="unknown system 'lifo': use one of fcfs, priority, "
+                                         "stock\\+queue-caps"):
         build_system("lifo", EngineShape())

@@ -10,10 +10,13 @@ from benchmarks.e2e_business_cases.workload import (
     PHASES,
     SWITCH_TENANT,
     SYSTEM_PROMPT_BLOCKS,
+    KINDS,
     TIER_DEADLINES_S,
     Phase,
     business_workload,
     is_short,
+    slo_class,
+    tier_and_kind,
 )
 from benchmarks.replay.enterprise import TENANTS
 
@@ -38,8 +41,9 @@ def test_every_request_falls_in_the_phase_named_by_its_id(seed, phase_s):
     for request in workload.trace.requests:
         assert 0 <= request.arrival_s < len(PHASES) * phase_s
         index = workload.phase_index(request.arrival_s)
-        assert request.request_id.startswith(f"p{index + 1}-")
-        assert request.deadline_s == TIER_DEADLINES_S[request.slo_class]
+        tier, kind = tier_and_kind(request.slo_class)
+        assert request.request_id.startswith(f"p{index + 1}-{kind}-")
+        assert request.deadline_s == TIER_DEADLINES_S[tier]
         assert len(request.block_hashes) == SYSTEM_PROMPT_BLOCKS
 
 
@@ -92,3 +96,23 @@ def test_multipliers_must_be_positive():
 
 def test_short_means_a_short_prompt_after_the_system_prompt():
     assert is_short(512 + 511) and not is_short(512 + 512)
+
+
+def test_each_request_carries_its_tenants_tier_and_one_of_its_kinds():
+    tenants = {t.name: t for t in TENANTS}
+    seen = set()
+    for request in business_workload(seed=0, phase_s=20.0).trace.requests:
+        tier, kind = tier_and_kind(request.slo_class)
+        tenant = tenants[request.tenant]
+        assert tier == tenant.tier and kind in dict(tenant.mix)
+        assert (kind == "code") or request.cancel_after_s is None, "only code is cancelled"
+        seen.add((request.tenant, kind))
+    assert seen == {(t.name, k) for t in TENANTS for k, _ in t.mix}
+
+
+def test_slo_classes_are_tier_and_kind():
+    assert slo_class("gold", "rag") == "gold-rag"
+    assert tier_and_kind("bronze-chat") == ("bronze", "chat")
+    assert set(KINDS) == {"chat", "code", "rag"}
+    with pytest.raises(ValueError, match="'gold' is not '<tier>-<kind>'"):
+        tier_and_kind("gold")
