@@ -64,9 +64,8 @@ def sweep_prompts(max_prompt_tokens: int) -> tuple[list[list[int]], list[list[in
 
 def run_live_sweep(model: str, log_path: Path, engine_kwargs: dict) -> list[dict]:
     """Drive the sweep through a live engine with the step-logging scheduler; the log events."""
-    from integrations.vllm_v1.instruments import LLM, SamplingParams
-
     from integrations.vllm_v1 import Pipeline
+    from integrations.vllm_v1.instruments import LLM, SamplingParams
     from integrations.vllm_v1.instruments.step_log import read_step_log, step_log_engine_kwargs
 
     log_path.unlink(missing_ok=True)
