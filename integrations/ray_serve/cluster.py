@@ -1,0 +1,129 @@
+"""`LocalCluster`: a multi-node Ray cluster on one machine, with Ray Serve, for tests and demos.
+
+``ray.cluster_utils.Cluster`` starts a head node and further nodes as separate raylets
+on this machine: Ray schedules replicas across them as across machines (placement,
+``max_replicas_per_node``, node failure), though they share the CPUs.
+
+By default every Ray process and the Serve HTTP proxy listen on 127.0.0.1 only. Ray
+resolves a loopback address to the machine's address (its driver would then look for
+the head node where it does not listen) unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
+is set before Ray is imported: importing this module sets it when Ray is not imported
+yet, and `LocalCluster` refuses the loopback address when it was imported without it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import attrs
+
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch that makes it use the loopback address as the node address when "0"."""
+
+if "ray" not in sys.modules:
+    os.environ.setdefault(LOOPBACK_ENV, "0")
+
+
+_AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
+                "runtime_env_agent_port")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+@attrs.define(eq=False, kw_only=True)
+class LocalCluster:
+    """Ray (``nodes`` nodes of ``cpus_per_node`` logical CPUs) and Ray Serve; a context manager.
+
+    ``connect()`` starts everything and returns once Serve's HTTP proxy listens on
+    ``host:http_port``; ``shutdown()`` stops Serve, disconnects and stops every node.
+    """
+
+    nodes: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    cpus_per_node: float = attrs.field(default=2.0)
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    object_store_bytes: int = 150 << 20
+    log_to_driver: bool = False
+    """Show the replicas' logs in this process (vLLM's are long)."""
+    start_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    startup_s: float = attrs.field(init=False, default=0.0)
+    """Seconds `connect` took."""
+    _cluster: object = attrs.field(init=False, default=None)
+
+    def connect(self) -> LocalCluster:
+        """Start the nodes, connect this process, start Serve; returns self.
+
+        Ray gives a node 30 s to register with the head; on a loaded machine that can pass,
+        so a start that times out is undone and tried again (``start_attempts`` in all).
+        """
+        if self.host in ("127.0.0.1", "localhost") and os.environ.get(LOOPBACK_ENV) != "0":
+            raise RuntimeError(f"a Ray cluster on {self.host} needs {LOOPBACK_ENV}=0 set "
+                               "before Ray is imported (import integrations.ray_serve.cluster "
+                               "first, or export it)")
+        started = time.monotonic()
+        for attempt in range(1, self.start_attempts + 1):
+            try:
+                self._start()
+                break
+            except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception on timeout
+                self.shutdown()
+                if attempt == self.start_attempts or "timed out" not in str(error):
+                    raise
+        self.startup_s = time.monotonic() - started
+        return self
+
+    def _start(self) -> None:
+        import ray
+        from ray import serve
+        from ray.cluster_utils import Cluster
+
+        node = {"num_cpus": self.cpus_per_node, "node_ip_address": self.host,
+                "object_store_memory": self.object_store_bytes}
+        self._cluster = Cluster()
+        for _ in range(self.nodes):  # the first is the head
+            # Fixed agent ports: the raylet then need not wait (15 s at most) for the agents to
+            # publish theirs, which a loaded machine can miss.
+            ports = {name: _free_port(self.host) for name in _AGENT_PORTS}
+            self._cluster.add_node(**node, **ports)
+        ray.init(address=self._cluster.address, log_to_driver=self.log_to_driver)
+        serve.start(http_options={"host": self.host, "port": self.http_port})
+
+    @property
+    def url(self) -> str:
+        """Serve's HTTP address."""
+        return f"http://{self.host}:{self.http_port}"
+
+    def node_ids(self) -> list[str]:
+        """The Ray node ids of the live nodes, head first."""
+        import ray
+
+        return [n["NodeID"] for n in sorted(ray.nodes(), key=lambda n: not n.get("is_head_node"))
+                if n.get("Alive")]
+
+    def shutdown(self) -> None:
+        """Stop Serve and every node (idempotent)."""
+        import ray
+        from ray import serve
+
+        try:
+            if ray.is_initialized():
+                serve.shutdown()
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+            if self._cluster is not None:
+                self._cluster.shutdown()
+                self._cluster = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.connect()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()

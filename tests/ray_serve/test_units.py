@@ -1,0 +1,108 @@
+"""The Ray Serve package's pure parts: prefix keys, the in-process ASGI call, the dashboard."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from integrations.ray_serve import dashboard
+from integrations.ray_serve.asgi import ResponseStart, call_asgi
+from integrations.ray_serve.prefix import PromptKeys, block_keys
+
+
+def test_block_keys_agree_exactly_on_shared_prefix_blocks():
+    a = block_keys(list(range(100)), 32)
+    b = block_keys([*range(64), 999, *range(65, 100)], 32)
+    assert len(a) == len(b) == 3  # the partial last block has no key
+    assert a[:2] == b[:2] and a[2] != b[2]
+    with pytest.raises(ValueError, match="block_size_tokens"):
+        block_keys([1], 0)
+
+
+def test_prompt_keys_without_a_tokenizer_use_characters():
+    keys = PromptKeys(block_size_tokens=4)
+    hint = keys.hint("completions", {"prompt": "abcdefghij"})
+    assert hint.prompt_tokens == 3 and len(hint.block_keys) == 2
+    assert keys.hint("completions", {"prompt": [1, 2, 3, 4, 5]}).prompt_tokens == 5
+    assert keys.hint("completions", {}).block_keys == ()
+    chat = keys.hint("chat/completions", {"messages": [{"role": "user", "content": "hi" * 9}]})
+    assert chat.block_keys
+
+
+def test_prompt_keys_with_the_model_tokenizer_count_tokens(random_model_dir):
+    keys = PromptKeys.for_model(random_model_dir, 8)
+    assert keys.tokenizer is not None
+    prompt = "The quick brown fox jumps over the lazy dog. " * 4
+    hint = keys.hint("completions", {"prompt": prompt})
+    assert hint.prompt_tokens == len(keys.tokenizer.encode(prompt))
+    longer = keys.hint("completions", {"prompt": prompt + "And then it slept."})
+    assert longer.block_keys[:len(hint.block_keys) - 1] == hint.block_keys[:-1]
+
+
+def test_call_asgi_yields_the_start_then_each_chunk_as_sent():
+    sent_second = asyncio.Event()
+
+    async def app(scope, receive, send):
+        request = await receive()
+        assert scope["path"] == "/v1/x" and request["body"] == b"{}"
+        await send({"type": "http.response.start", "status": 201,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"one", "more_body": True})
+        await sent_second.wait()
+        await send({"type": "http.response.body", "body": b"two", "more_body": False})
+
+    async def run():
+        answer = call_asgi(app, "POST", "/v1/x", body=b"{}")
+        start = await anext(answer)
+        assert isinstance(start, ResponseStart) and start.status == 201
+        assert start.header("Content-Type") == "text/event-stream"
+        assert await anext(answer) == b"one"  # before the app sends the second chunk
+        sent_second.set()
+        assert [chunk async for chunk in answer] == [b"two"]
+
+    asyncio.run(run())
+
+
+def test_closing_the_call_tells_the_app_the_client_left():
+    seen = []
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})
+        seen.append((await receive())["type"])
+
+    async def run():
+        answer = call_asgi(app, "GET", "/")
+        await anext(answer)
+        assert await anext(answer) == b"a"
+        await answer.aclose()
+
+    asyncio.run(run())
+    assert seen == ["http.disconnect"]
+
+
+def test_dashboard_queries_are_namespaced_and_evaluate_on_scrapes():
+    board = dashboard.load_dashboard()
+    titles = {title for title, _, _ in dashboard.queries(board)}
+    assert {"Prefix-cache hit rate", "Queue by tenant", "Rejections by reason",
+            "Routing decisions by reason"} <= titles
+    for _, expr, _ in dashboard.queries(board):
+        assert dashboard.metric_names(expr), expr
+    series = dashboard.Series()
+    for t, hits in ((0.0, 0.0), (10.0, 30.0)):
+        series.add(t, dashboard.parse_samples(
+            f'vllm:prefix_cache_hits_total {hits}\nvllm:prefix_cache_queries_total {hits * 2}\n'
+            f'vllm:time_to_first_token_seconds_bucket{{le="0.1"}} {hits}\n'
+            f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {hits * 2}\n',
+            {"replica": "r0"}))
+    ratio = dashboard.evaluate("sum by (replica) (rate(vllm:prefix_cache_hits_total[10s])) / "
+                               "sum by (replica) (rate(vllm:prefix_cache_queries_total[10s]))",
+                               series, 10.0)
+    assert ratio == {(("replica", "r0"),): 0.5}
+    p25 = dashboard.evaluate("histogram_quantile(0.25, sum by (le) "
+                             "(rate(vllm:time_to_first_token_seconds_bucket[10s])))", series, 10.0)
+    assert p25 == {(): pytest.approx(0.05)}
+    with pytest.raises(ValueError):
+        dashboard.evaluate("sum(rate(x[1m])) ) )", series, 10.0)
