@@ -21,7 +21,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e '.[cpu,dev]'
+	$(PY) -m pip install -e '.[cpu,dev,ray]'
 	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
@@ -31,6 +31,13 @@ demo: $(STAMP)
 replay-demo: $(STAMP)
 	$(PY) -m benchmarks.replay --trace azure-conv --tenants servegen --rate-scale 4 \
 		--max-requests 2000 --systems fcfs,priority,pipeline:qos,pipeline:default --out $(OUT)/replay
+
+# The multi-node Ray Serve app on this machine: a 2-node local Ray cluster, 2 vLLM replicas
+# running the pipeline behind the OpenAI ingress and our request router; prints where each
+# request landed, then shuts down (docs/deploy_ray.md).
+.PHONY: ray-demo
+ray-demo: $(STAMP)
+	$(PY) -m integrations.ray_serve.demo --port $(PORT)
 
 test: lint pytest pure-tests notebooks docs-build
 
