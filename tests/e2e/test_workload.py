@@ -7,10 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.e2e_business_cases.workload import (
+    KINDS,
     PHASES,
     SWITCH_TENANT,
     SYSTEM_PROMPT_BLOCKS,
-    KINDS,
     TIER_DEADLINES_S,
     Phase,
     business_workload,
