@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from integrations.vllm_v1.rejection import Rejection
-from integrations.vllm_v1.serving.http_status import RejectionStatusMiddleware
+from integrations.vllm_v1.serving.http_status import RejectionStatusMiddleware, has_output
 from integrations.vllm_v1.serving.http_validation import SchedulingMetadataValidator
 from integrations.vllm_v1.serving.rejection_channel import TICKET_KEY, new_channel_address
 
@@ -217,3 +217,20 @@ def test_a_bad_serving_config_fails_the_start_with_its_message():
     asyncio.run(asyncio.wait_for(go(), 30))
     assert sent[0]["type"] == "lifespan.startup.failed"
     assert "LSP_TEST_UNSET_VARIABLE is not set" in sent[0]["message"]
+
+
+def test_output_detection_per_format():
+    assert has_output({"choices": [{"delta": {"content": "a"}}]})
+    assert has_output({"choices": [{"text": "", "finish_reason": "stop"}]})  # ran, said nothing
+    assert not has_output({"choices": [{"delta": {"role": "assistant", "content": ""}}]})
+    assert not has_output({"choices": [{"text": "", "finish_reason": "abort"}]})
+    assert has_output({"type": "response.output_text.delta", "delta": "a"})
+    assert not has_output({"type": "response.completed", "response": {"usage": {
+        "output_tokens": 0}}})
+    assert has_output({"object": "response", "status": "queued", "output": []})  # background
+    assert not has_output({"object": "response", "status": "completed", "output": [
+        {"type": "message", "content": []}]})
+    assert has_output({"type": "content_block_delta", "delta": {"text": "a"}})
+    assert not has_output({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                           "usage": {"output_tokens": 0}})
+    assert has_output({"error": {"message": "x"}})

@@ -104,6 +104,8 @@ def has_output(payload: Any) -> bool:
         return any(isinstance(b, dict) and (b.get("text") or b.get("type") == "tool_use")
                    for b in payload.get("content") or ())
     if payload.get("object") == "response":  # Responses, whole
+        if payload.get("status") in ("queued", "in_progress"):
+            return True  # a background response: it has not run yet, nothing to explain
         return any(isinstance(item, dict) and (item.get("type") != "message" or any(
             isinstance(part, dict) and part.get("text") for part in item.get("content") or ()))
             for item in payload.get("output") or ())
