@@ -119,10 +119,12 @@ class Driver:
                 and (pipeline is None or not pipeline.reorders_requests))
 
     def add(self, request_id: str, prompt: Sequence[int], max_tokens: int, *,
-            tenant: str | None = None, priority: int = 0) -> Any:
-        extra = {"tenant": tenant} if tenant is not None else None
+            tenant: str | None = None, priority: int = 0, deadline_ms: float | None = None
+            ) -> Any:
+        extra = {key: value for key, value in (("tenant", tenant), ("deadline_ms", deadline_ms))
+                 if value is not None}
         return self.harness.add_request(request_id, prompt, max_tokens, priority=priority,
-                                        extra_args=extra)
+                                        extra_args=extra or None)
 
     def abort(self, request_id: str) -> None:
         self.harness.abort(request_id)
