@@ -181,9 +181,7 @@ class _Replay:
         self.idle_run = 0 if scheduled else self.idle_run + 1
         result = self.harness.complete(output)
         if not self.samples or now - self.samples[-1].time_s >= self.sample_every_s:
-            running, waiting = scheduler.get_request_counts()
-            self.samples.append(EngineSample(now, scheduler.get_kv_cache_usage(), waiting,
-                                             running))
+            self._sample(now)
         finished = False
         for out in result.outputs:
             record = self.records[out.request_id]
@@ -204,8 +202,9 @@ class _Replay:
     def fast_forward(self, fast: FastForward, until_s: float) -> int:
         """Play the pure-decode steps that can be skipped from now; returns how many."""
         last_sample = self.samples[-1].time_s if self.samples else None
-        requests, durations = fast.plan(self.stable, until_s=until_s, last_sample_s=last_sample,
-                                        sample_every_s=self.sample_every_s)
+        requests, durations, sample = fast.plan(
+            self.stable, until_s=until_s, last_sample_s=last_sample,
+            sample_every_s=self.sample_every_s)
         if not durations:
             return 0
         fast.play(requests, len(durations))
@@ -222,7 +221,14 @@ class _Replay:
             high = record.computed_high_water
             record.recomputed_tokens += max(0, min(len(times), high - start))
             record.computed_high_water = max(high, start + len(times))
+        if sample:
+            self._sample(times[-1])
         return len(durations)
+
+    def _sample(self, now: float) -> None:
+        scheduler = self.harness.scheduler
+        running, waiting = scheduler.get_request_counts()
+        self.samples.append(EngineSample(now, scheduler.get_kv_cache_usage(), waiting, running))
 
     def stalled(self, system: str) -> ReplayStalled:
         """The error for a replay that scheduled nothing for `idle_run` steps."""

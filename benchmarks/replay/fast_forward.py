@@ -144,26 +144,26 @@ class FastForward:
         return scheduler.waiting.peek_request().status.name in ("WAITING", "PREEMPTED")
 
     def plan(self, request_ids: Sequence[str], *, until_s: float, last_sample_s: float | None,
-             sample_every_s: float) -> tuple[list[Any], list[float]]:
-        """The requests and step durations of the steps that can be played from now.
+             sample_every_s: float) -> tuple[list[Any], list[float], bool]:
+        """The requests and step durations of the steps that can be played from now, and
+        whether the last of them ends with an engine sample.
 
         A step is played only if it starts before ``until_s`` (the next arrival or
-        cancellation), no request finishes in it, every block it allocates is free, and
-        its end takes no engine sample (the real loop takes that one).
+        cancellation), no request finishes in it and every block it allocates is free.
+        A step whose end takes an engine sample ends the run of steps (the sample is
+        taken from the state it leaves).
         """
         scheduler = self.harness.scheduler
         requests = [scheduler.requests[req_id] for req_id in request_ids]
         max_model_len = scheduler.max_model_len
         limit = min(min(r.max_tokens - r.num_output_tokens, max_model_len - r.num_tokens)
                     for r in requests) - 1
-        if limit <= 0:
-            return requests, []
         contexts = [r.num_computed_tokens for r in requests]
         size = self._block_size
         free = self._manager.block_pool.get_num_free_blocks()
         now = self.harness.clock.now()
         durations: list[float] = []
-        for step in range(limit):
+        for step in range(max(limit, 0)):
             if now >= until_s:
                 break
             free -= sum(1 for c in contexts if (c + step) % size == 0)
@@ -171,12 +171,11 @@ class FastForward:
                 break
             batch = StepBatch(decode_context_tokens=tuple(c + step for c in contexts))
             duration = self.cost_model.step_time_s(batch)
-            end = now + duration
-            if last_sample_s is None or end - last_sample_s >= sample_every_s:
-                break
             durations.append(duration)
-            now = end
-        return requests, durations
+            now += duration
+            if last_sample_s is None or now - last_sample_s >= sample_every_s:
+                return requests, durations, True
+        return requests, durations, False
 
     def play(self, requests: list[Any], steps: int) -> None:
         """Advance ``requests`` by ``steps`` decode steps, allocating as vLLM would."""

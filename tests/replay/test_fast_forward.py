@@ -114,16 +114,17 @@ rows = st.lists(
     min_size=1, max_size=20)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=rows, system=st.sampled_from(["fcfs", "priority", "pipeline:cache"]),
-       seqs=st.integers(1, 5))
-def test_random_traces_replay_identically(rows, system, seqs):
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows, system=st.sampled_from(["fcfs", "priority", "pipeline:cache",
+                                          "pipeline:slru", "pipeline:rate"]),
+       seqs=st.integers(1, 5), block_size=st.sampled_from([16, 32]))
+def test_random_traces_replay_identically(rows, system, seqs, block_size):
     trace = Trace(name="random", block_size=64, requests=tuple(
         TraceRequest(request_id=f"r{i}", arrival_s=arrival, prompt_tokens=prompt,
                      output_tokens=output, cancel_after_s=cancel, priority=priority,
                      block_hashes=hashes[: -(-prompt // 64)])
         for i, (arrival, prompt, output, cancel, priority, hashes) in enumerate(rows)))
-    shape = EngineShape(num_blocks=64, max_num_seqs=seqs, max_num_batched_tokens=256,
-                        max_model_len=1024)
+    shape = EngineShape(num_blocks=1024 // block_size * 2, block_size=block_size,
+                        max_num_seqs=seqs, max_num_batched_tokens=256, max_model_len=1024)
     stepwise, fast = _both(trace, system, shape)
     assert _state(fast) == _state(stepwise)
