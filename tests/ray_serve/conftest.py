@@ -91,7 +91,8 @@ def apps(cluster, model_dir, tmp_path_factory):
     configs = {
         # at most 4 running requests a replica: a burst queues (the pipeline's queue metrics)
         "colocated": ServeConfig(model=model_dir, pipeline=PIPELINE,
-                                 vllm_args=(*ENGINE_ARGS, "--max-num-seqs", "4"), replicas=2, name="colocated", runtime_env=env,
+                                 vllm_args=(*ENGINE_ARGS, "--max-num-seqs", "4"), replicas=2,
+                                 name="colocated", runtime_env=env,
                                  targets_dir=str(tmp_path_factory.mktemp("targets-colocated"))),
         "pd": ServeConfig(model=model_dir, vllm_args=ENGINE_ARGS, replicas=1,
                           prefill_replicas=1, name="pd", runtime_env=env,

@@ -19,5 +19,5 @@ class ProbeAdmission:
 
 
 def pipeline():
-    """The ``default`` preset (WFQ, QoS, MLFQ, token bucket, watermarks) with the probe admission."""
+    """The ``default`` preset (WFQ, QoS, MLFQ, token bucket, watermarks), probe admission."""
     return attrs.evolve(default_pipeline(TENANT_WEIGHTS), admission=ProbeAdmission())

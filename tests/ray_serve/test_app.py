@@ -137,6 +137,12 @@ def test_a_killed_replica_fails_over_and_no_request_is_lost(apps, model_dir):
             assert reply.finish_reason() == "length"
         else:
             assert reply.status == 502 and reply.body["error"]["type"] == "replica_failed"
+    for body, reply in zip(bodies, replies, strict=True):  # shown with pytest -rP
+        print(f"stream={body['stream']} status={reply.status} "
+              f"attempts={reply.headers.get('x-attempts')} "
+              f"served_by={reply.headers.get('x-served-by')} "
+              f"events={len(reply.events)} stream_error={bool(reply.stream_error)} "
+              f"finish={reply.finish_reason() if reply.status == 200 else None}")
     affected = [r for r in replies if r.status != 200 or r.stream_error
                 or r.headers.get("x-attempts", "1") != "1"]
     assert affected, "the kill hit no request: it came too late to test failover"

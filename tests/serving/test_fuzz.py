@@ -14,7 +14,7 @@ import pytest
 from integrations.vllm_v1 import Pipeline, serve
 from policies import QoSRanker
 from tests.helpers.http import free_port
-from tests.serving.client import model_name, send
+from tests.helpers.serving_client import model_name, send
 
 pytestmark = pytest.mark.engine
 

@@ -15,8 +15,8 @@ from integrations.vllm_v1.config.spec import CONFIG_KEY
 from integrations.vllm_v1.instruments.hold import HOLD_HOOK
 from policies import EDFRanker, QoSRanker
 from tests.helpers.http import free_port, metric
-from tests.serving.client import get_text, model_name, send
-from tests.serving.policies_for_tests import ProbeAdmission
+from tests.helpers.probe_admission import ProbeAdmission
+from tests.helpers.serving_client import get_text, model_name, send
 
 pytestmark = pytest.mark.engine
 

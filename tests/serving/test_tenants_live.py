@@ -9,8 +9,8 @@ import pytest
 from integrations.vllm_v1 import Pipeline, serve
 from integrations.vllm_v1.config.spec import CONFIG_KEY
 from tests.helpers.http import free_port
-from tests.serving.client import model_name, send
-from tests.serving.policies_for_tests import ProbeAdmission
+from tests.helpers.probe_admission import ProbeAdmission
+from tests.helpers.serving_client import model_name, send
 
 pytestmark = pytest.mark.engine
 

@@ -1,6 +1,7 @@
-"""Which `SchedulerHook`\\ s a scheduler runs: one per set pipeline slot, plus any named in config.
+"""Which `SchedulerHook`\\ s a scheduler runs: one per set pipeline slot, one per config key
+that turns a feature on, plus any named in config.
 
-Adding a feature is one line here (slot -> hook class) and its hook; the scheduler
+Adding a feature is one line here (slot or key -> hook) and its hook; the scheduler
 itself does not change.
 """
 
@@ -27,13 +28,25 @@ SLOT_HOOKS: tuple[tuple[str, Callable[[Any, Any], SchedulerHook]], ...] = (
 """Pipeline slot -> the hook that runs it, called as ``Hook(scheduler, policy)``, in call order."""
 
 
+KEY_HOOKS: tuple[tuple[str, str], ...] = (
+    ("rejection_channel", "integrations.vllm_v1.serving.rejection_channel:RejectionChannelHook"),
+    ("step_log", "integrations.vllm_v1.instruments.step_log:StepLogHook"),
+    ("hold_path", "integrations.vllm_v1.instruments.hold:HoldHook"),
+)
+"""Config entry key -> the hook it turns on (``package.module:factory``, called with the
+scheduler), so ``{"rejection_channel": ADDRESS}`` alone runs the rejection channel."""
+
+
 def feature_hooks(scheduler: Any) -> list[SchedulerHook]:
-    """The hooks of ``scheduler.pipeline``'s set slots, then those its config names."""
+    """The hooks of ``scheduler.pipeline``'s set slots, then of its config entry's keys, then
+    those the entry's ``hooks`` names (each factory once)."""
     pipeline = scheduler.pipeline
     hooks = [make(scheduler, getattr(pipeline, slot)) for slot, make in SLOT_HOOKS
              if getattr(pipeline, slot) is not None]
-    named = config_entry(scheduler.vllm_config.additional_config).get("hooks") or ()
-    return hooks + [_named_hook(path)(scheduler) for path in named]
+    entry = config_entry(scheduler.vllm_config.additional_config)
+    paths = [path for key, path in KEY_HOOKS if entry.get(key) is not None]
+    paths += list(entry.get("hooks") or ())
+    return hooks + [_named_hook(path)(scheduler) for path in dict.fromkeys(paths)]
 
 
 def _named_hook(path: object) -> Callable[[Any], SchedulerHook]:

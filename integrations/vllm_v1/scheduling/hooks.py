@@ -33,6 +33,9 @@ class SchedulerHook:
     def on_admitted(self, request: Any, tenant: str) -> None:
         """``request`` of ``tenant`` passed admission and is queued."""
 
+    def on_rejected(self, request: Any, rejection: Any) -> None:
+        """``request`` was refused (a `Rejection`); its empty output leaves with the next update."""
+
     def before_schedule(self, now: float) -> None:
         """A step is about to be scheduled at ``now`` (the step's one clock reading)."""
 
@@ -58,7 +61,7 @@ class SchedulerHook:
         """The engine is shutting down."""
 
 
-POINTS = ("on_arrival", "on_admitted", "before_schedule", "after_schedule", "before_update",
+POINTS = ("on_arrival", "on_admitted", "on_rejected", "before_schedule", "after_schedule", "before_update",
           "releasing", "pending", "refresh_metrics", "shutdown")
 """The calls a hook may override."""
 

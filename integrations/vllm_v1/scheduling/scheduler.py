@@ -317,6 +317,7 @@ class PolicySchedulerMixin:
         self._rejected.append(_Rejected(request, rejection))
         if self.metrics is not None:
             self.metrics.rejected(rejection.reason)
+        self._call("hooks", self.hooks.on_rejected, request, rejection)
 
     def _expire_waiting(self) -> None:
         """Drop waiting requests at the head of their queue whose deadline can no longer be met."""
