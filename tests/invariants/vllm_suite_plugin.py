@@ -36,7 +36,13 @@ OPT_125M_CONFIG = {
 }
 """``facebook/opt-125m``'s public ``config.json`` (what vLLM's tests build schedulers from)."""
 
-LOCAL_CONFIGS = {"facebook/opt-125m": OPT_125M_CONFIG}
+OPT_350M_CONFIG = {
+    **OPT_125M_CONFIG, "do_layer_norm_before": False, "ffn_dim": 4096, "hidden_size": 1024,
+    "num_attention_heads": 16, "num_hidden_layers": 24, "word_embed_proj_dim": 512,
+}
+"""``facebook/opt-350m``'s public ``config.json``."""
+
+LOCAL_CONFIGS = {"facebook/opt-125m": OPT_125M_CONFIG, "facebook/opt-350m": OPT_350M_CONFIG}
 """Hub ids resolved to a local directory holding only this ``config.json``."""
 
 TENANT_WEIGHTS = {"t0": 4.0, "t1": 2.0, "t2": 1.0}
