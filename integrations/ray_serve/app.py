@@ -81,6 +81,8 @@ class ServeConfig:
     max_replicas_per_node: int | None = 1
     """Spread each deployment's replicas over nodes; None: no limit."""
     num_cpus_per_replica: float = 1.0
+    num_gpus_per_replica: float = 0.0
+    """GPUs Ray reserves for each engine replica (1 per tensor-parallel rank on GPUs)."""
     runtime_env: Mapping[str, Any] = attrs.field(factory=dict)
     """Ray runtime environment of the engine replicas (``env_vars``, ...)."""
     routing_stats_period_s: float = attrs.field(default=0.5, validator=attrs.validators.gt(0))
@@ -88,6 +90,8 @@ class ServeConfig:
     max_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     """Tries per request when replicas die before answering."""
     metrics_host: str = "127.0.0.1"
+    """Where engine replicas serve their metrics (``0.0.0.0``: every interface, for a remote
+    Prometheus; the node's address is registered)."""
     targets_dir: str | None = None
     """Where replicas register their metrics endpoints (None: a directory per app name)."""
     name: str = "llm"
@@ -143,6 +147,8 @@ def _engine_deployment(config: ServeConfig, name: str, replicas: int) -> Any:
     else:
         router = RequestRouterConfig(request_routing_stats_period_s=config.routing_stats_period_s)
     options: dict[str, Any] = {"num_cpus": config.num_cpus_per_replica}
+    if config.num_gpus_per_replica:
+        options["num_gpus"] = config.num_gpus_per_replica
     if config.runtime_env:
         options["runtime_env"] = dict(config.runtime_env)
     extra = {} if config.max_replicas_per_node is None else {

@@ -8,7 +8,8 @@ By default every Ray process and the Serve HTTP proxy listen on 127.0.0.1 only. 
 resolves a loopback address to the machine's address (its driver would then look for
 the head node where it does not listen) unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``
 is set before Ray is imported: importing this module sets it when Ray is not imported
-yet, and `LocalCluster` refuses the loopback address when it was imported without it.
+yet; when Ray was imported without it, the nodes listen on the machine's address (with a
+warning) and only Serve's HTTP proxy on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import socket
 import sys
 import time
+import warnings
 
 import attrs
 
@@ -52,7 +54,8 @@ class LocalCluster:
     object_store_bytes: int = 150 << 20
     log_to_driver: bool = False
     """Show the replicas' logs in this process (vLLM's are long)."""
-    start_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    start_attempts: int = attrs.field(default=5, validator=attrs.validators.ge(1))
+    """Tries to start the nodes (see `connect`)."""
     startup_s: float = attrs.field(init=False, default=0.0)
     """Seconds `connect` took."""
     _cluster: object = attrs.field(init=False, default=None)
@@ -60,13 +63,11 @@ class LocalCluster:
     def connect(self) -> LocalCluster:
         """Start the nodes, connect this process, start Serve; returns self.
 
-        Ray gives a node 30 s to register with the head; on a loaded machine that can pass,
-        so a start that times out is undone and tried again (``start_attempts`` in all).
+        A node's raylet gives its dashboard agent 15 s to publish the port it listens on, and
+        the node 30 s to register with the head; on a loaded machine either can pass (the
+        agent's imports alone took 15-19 s on 2 shared cores at load 13), so a start that
+        times out is undone and tried again (``start_attempts`` in all).
         """
-        if self.host in ("127.0.0.1", "localhost") and os.environ.get(LOOPBACK_ENV) != "0":
-            raise RuntimeError(f"a Ray cluster on {self.host} needs {LOOPBACK_ENV}=0 set "
-                               "before Ray is imported (import integrations.ray_serve.cluster "
-                               "first, or export it)")
         started = time.monotonic()
         for attempt in range(1, self.start_attempts + 1):
             try:
@@ -84,14 +85,21 @@ class LocalCluster:
         from ray import serve
         from ray.cluster_utils import Cluster
 
-        node = {"num_cpus": self.cpus_per_node, "node_ip_address": self.host,
-                "object_store_memory": self.object_store_bytes}
+        node = {"num_cpus": self.cpus_per_node, "object_store_memory": self.object_store_bytes}
+        if self.host not in ("127.0.0.1", "localhost") or os.environ.get(LOOPBACK_ENV) == "0":
+            node["node_ip_address"] = self.host
+        else:
+            warnings.warn(f"Ray was imported before {LOOPBACK_ENV}=0 was set: its nodes listen "
+                          "on this machine's address, only Serve's HTTP proxy on "
+                          f"{self.host} (import integrations.ray_serve.cluster first)",
+                          stacklevel=3)
         self._cluster = Cluster()
-        for _ in range(self.nodes):  # the first is the head
+        for index in range(self.nodes):  # the first is the head, without Ray's dashboard
             # Fixed agent ports: the raylet then need not wait (15 s at most) for the agents to
-            # publish theirs, which a loaded machine can miss.
+            # publish two of them, which a loaded machine can miss.
             ports = {name: _free_port(self.host) for name in _AGENT_PORTS}
-            self._cluster.add_node(**node, **ports)
+            head = {"include_dashboard": False} if index == 0 else {}
+            self._cluster.add_node(**node, **ports, **head)
         ray.init(address=self._cluster.address, log_to_driver=self.log_to_driver)
         serve.start(http_options={"host": self.host, "port": self.http_port})
 

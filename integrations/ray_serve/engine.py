@@ -60,7 +60,8 @@ class EngineConfig:
     role: str = "engine"
     """Label of this deployment's replicas in metrics targets (``engine``, ``prefill``, ...)."""
     metrics_host: str = "127.0.0.1"
-    """Address each replica's metrics server binds (the node's address for remote scrapes)."""
+    """Address each replica's metrics server binds; ``0.0.0.0`` (for a Prometheus on another
+    machine) registers the node's address as the target."""
     targets_dir: str | None = None
     """The `TargetsDirectory` replicas register their metrics endpoint in (None: none)."""
 
@@ -157,7 +158,7 @@ class VLLMEngine:
         self.app = await names.openai_app(self.engine, args)
         server, _thread = start_http_server(0, addr=config.metrics_host, registry=REGISTRY)
         self._metrics_server = server
-        self.metrics_address = f"{config.metrics_host}:{server.server_port}"
+        self.metrics_address = f"{_advertised(config.metrics_host)}:{server.server_port}"
         self._targets = TargetsDirectory(config.targets_dir) if config.targets_dir else None
         if self._targets is not None:
             self._targets.write(self.replica, self.metrics_address, {
@@ -236,6 +237,15 @@ def _vllm_families() -> list[Any]:
     from prometheus_client import REGISTRY
 
     return list(REGISTRY.restricted_registry(list(LOAD_GAUGES)).collect())
+
+
+def _advertised(host: str) -> str:
+    """The address others reach ``host`` at: the node's address for a wildcard bind."""
+    if host not in ("0.0.0.0", "::", ""):
+        return host
+    import ray
+
+    return ray.util.get_node_ip_address()
 
 
 def _actor_and_node() -> tuple[str, str]:

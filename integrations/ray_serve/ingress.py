@@ -29,6 +29,7 @@ Failover (what a client sees when a replica dies):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -207,10 +208,13 @@ class OpenAIIngress:
             attempt = await self._first(self.engine, EngineRequest(
                 path=f"/v1/{endpoint}", body=json.dumps(body).encode(), headers=headers,
                 hint=hint), self.config.engine_label)
+            return await self._relay(endpoint, body, attempt, prefilled_by)
         except _Failed as failed:
             self._count(endpoint, "rejected", failed.reason)
             return _error(502, str(failed), failed.reason)
-        return await self._relay(endpoint, body, attempt, prefilled_by)
+        except asyncio.CancelledError:  # the client went away before its answer started
+            self._count(endpoint, "cancelled")
+            raise
 
     async def _prefill(self, endpoint: str, body: dict[str, Any],
                        headers: tuple[tuple[str, str], ...],
@@ -259,6 +263,9 @@ class OpenAIIngress:
             stream = handle.options(stream=True).generate.remote(request)
             try:
                 head = await stream.__anext__()
+            except asyncio.CancelledError:
+                stream.cancel()
+                raise
             except StopAsyncIteration:
                 error = None
                 continue
@@ -286,6 +293,9 @@ class OpenAIIngress:
                 not head.content_type.startswith("text/event-stream"):
             try:
                 rest = b"".join([c async for c in attempt.rest])
+            except asyncio.CancelledError:
+                attempt.rest.cancel()
+                raise
             except RayError as error:  # died after its head: nothing reached the client yet
                 self._count(endpoint, "rejected", "replica_failed")
                 return _error(502, f"replica {head.replica} failed: {_describe(error)}",
