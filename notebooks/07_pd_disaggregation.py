@@ -22,6 +22,7 @@ import attrs
 
 from benchmarks.pd_replay.__main__ import SCHEDULING, format_table, make_router, row
 from benchmarks.pd_replay.cluster import TransferModel, run_cluster
+from benchmarks.pd_replay.goodput import DEFAULT_ITL_SLO_S
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import load_trace
 from integrations.vllm_v1.instruments import EngineShape
@@ -93,7 +94,7 @@ runs = [cluster("round_robin"), cluster("pd_router"), cluster("pd_router", "pd")
         run_cluster(trace, LeastLoadedRouter(prefill=(), decode=everyone), "colocated",
                     prefill=[], decode=everyone, prefill_shape=shape, decode_shape=shape,
                     cost_model=StepCostModel.preset("h100"), transfer=TransferModel())]
-rows = {run.system: row(run, run.system) for run in runs}
+rows = {run.system: row(run, run.system, DEFAULT_ITL_SLO_S) for run in runs}
 print(format_table(list(rows.values())))
 
 # %%

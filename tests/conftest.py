@@ -3,6 +3,13 @@
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests check guarantees, not speed: on a loaded 2-core machine hypothesis' per-example
+# deadline and its slow-generation health check fail tests that are correct.
+settings.register_profile("repo", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("repo")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

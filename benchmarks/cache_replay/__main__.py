@@ -4,11 +4,19 @@ Example:
 
     python -m benchmarks.cache_replay --trace mooncake-conv \\
         --cache-blocks 500 1000 2000 4000 8000 --policies lru,slru,opt --out out/cache
+    python -m benchmarks.cache_replay --trace azure-conv --prefix-model enterprise \\
+        --cache-blocks 2000 4000 8000 --policies lru,shipped,opt --out out/cache-azure
 
 Writes ``OUT/summary.json`` (``{"trace", "results": [{"policy", "cache_blocks",
-"hit_rate", ...}], "gap_closed"}``), ``OUT/hit_rate.png`` and prints a table.
-Policies: ``lru`` (vLLM's order), ``slru`` (`SegmentedLRU` with its defaults),
-``opt`` (Belady's offline optimum).
+"hit_rate", ...}], "gap_closed": {policy: {cache_blocks: fraction}}}``),
+``OUT/hit_rate.png`` and prints a table. Policies: ``lru`` (vLLM's order), ``slru``
+(`SegmentedLRU` with its defaults), ``shipped`` (the order the ``cache`` preset ships,
+read from `integrations.vllm_v1.config.presets`, so the comparison measures the
+product), the adaptive candidates of `benchmarks.cache_replay.candidates` (``arc``,
+``lecar``, ``lecar-crlfu``, ``density``), ``opt`` (Belady's offline optimum).
+``--slice START:STOP`` replays a window of the trace's requests; ``--prefix-model
+enterprise`` gives a trace without prefix hashes (Azure) the chains of
+`benchmarks.cache_replay.prefix_models`.
 """
 
 from __future__ import annotations
@@ -20,12 +28,34 @@ from pathlib import Path
 
 import attrs
 
+from benchmarks.cache_replay.candidates import AdaptiveSegmentedLRU, LeCaR, ReuseDensity
+from benchmarks.cache_replay.prefix_models import PREFIX_MODELS, enterprise_chains
 from benchmarks.cache_replay.restart import replay_restart
 from benchmarks.cache_replay.simulate import ReplayResult, replay_opt, replay_order
 from benchmarks.replay.workloads import load_workload
-from policies.eviction import LRU, SegmentedLRU
+from integrations.vllm_v1.config.presets import preset
+from policies.eviction import LRU, EvictionOrder, SegmentedLRU
 
-ORDERS: dict[str, Callable[[], object]] = {"lru": LRU, "slru": SegmentedLRU}
+SHIPPED_PRESET = "cache"
+"""The preset whose eviction order ``--policies shipped`` runs."""
+
+
+def shipped_order() -> EvictionOrder:
+    """A fresh copy of the eviction order the `SHIPPED_PRESET` preset ships.
+
+    Raises:
+        ValueError: if that preset has no eviction order.
+    """
+    order = preset(SHIPPED_PRESET).eviction
+    if order is None:
+        raise ValueError(f"the {SHIPPED_PRESET!r} preset ships no eviction order")
+    return order
+
+
+ORDERS: dict[str, Callable[[], EvictionOrder]] = {
+    "lru": LRU, "slru": SegmentedLRU, "shipped": shipped_order,
+    "arc": AdaptiveSegmentedLRU, "lecar": LeCaR,
+    "lecar-crlfu": lambda: LeCaR(churn_resistant=True), "density": ReuseDensity}
 POLICIES = (*ORDERS, "opt")
 
 
@@ -39,7 +69,7 @@ def run(chains: list, cache_blocks: int, policy: str) -> ReplayResult:
 
 
 def gap_closed(results: list[ReplayResult], policy: str = "slru") -> dict[str, float]:
-    """Per size: (policy - lru) / (opt - lru), where all three ran."""
+    """Per size: (policy - lru) / (opt - lru), where all three ran and OPT beats LRU."""
     by = {(r.policy, r.cache_blocks): r.hit_rate for r in results}
     out = {}
     for (name, size), rate in sorted(by.items()):
@@ -47,6 +77,12 @@ def gap_closed(results: list[ReplayResult], policy: str = "slru") -> dict[str, f
         if name == policy and lru is not None and opt is not None and opt > lru:
             out[str(size)] = (rate - lru) / (opt - lru)
     return out
+
+
+def gaps_closed(results: list[ReplayResult]) -> dict[str, dict[str, float]]:
+    """`gap_closed` of every policy but ``lru`` and ``opt``, by policy."""
+    names = dict.fromkeys(r.policy for r in results if r.policy not in ("lru", "opt"))
+    return {name: gap_closed(results, name) for name in names}
 
 
 def plot(results: list[ReplayResult], path: Path, title: str) -> None:
@@ -72,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trace", default="mooncake-conv", help="built-in name or file path")
     parser.add_argument("--format", default="auto", help="auto, jsonl, azure or mooncake")
     parser.add_argument("--max-requests", type=int, default=None)
+    parser.add_argument("--slice", default=None, metavar="START:STOP",
+                        help="replay only requests START..STOP-1 (by arrival; either may be "
+                             "empty), e.g. a later window of the trace")
+    parser.add_argument("--prefix-model", choices=PREFIX_MODELS, default=None,
+                        help="block chains for a trace without prefix hashes (Azure)")
     parser.add_argument("--cache-blocks", type=int, nargs="+", default=[2000])
     parser.add_argument("--policies", default="lru,slru,opt")
     parser.add_argument("--restart-at", type=float, default=None,
@@ -90,14 +131,20 @@ def main(argv: list[str] | None = None) -> dict:
         if policy not in POLICIES:
             raise SystemExit(f"unknown policy {policy!r}: use {', '.join(POLICIES)}")
     trace = load_workload(args.trace, format=args.format, max_requests=args.max_requests)
-    chains = [request.block_hashes for request in trace.requests]
+    if args.slice is not None:
+        trace = attrs.evolve(trace, requests=trace.requests[_slice(args.slice)])
+    if args.prefix_model == "enterprise":
+        chains = enterprise_chains(trace)
+    else:
+        chains = [request.block_hashes for request in trace.requests]
     if not any(chains):
-        raise SystemExit(f"trace {trace.name} has no block_hashes")
+        raise SystemExit(f"trace {trace.name} has no block_hashes (try --prefix-model)")
     results = [run(chains, size, policy) for size in args.cache_blocks for policy in policies]
     args.out.mkdir(parents=True, exist_ok=True)
-    summary = {"trace": trace.name, "block_size": trace.block_size,
+    summary = {"trace": trace.name, "slice": args.slice, "prefix_model": args.prefix_model,
+               "block_size": 16 if args.prefix_model else trace.block_size,
                "requests": len(chains), "results": [attrs.asdict(r) for r in results],
-               "gap_closed": gap_closed(results)}
+               "gap_closed": gaps_closed(results)}
     if args.restart_at is not None:
         restart_index = int(len(chains) * args.restart_at)
         arrivals = [request.arrival_s for request in trace.requests]
@@ -106,10 +153,14 @@ def main(argv: list[str] | None = None) -> dict:
             for size in args.cache_blocks]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     plot(results, args.out / "hit_rate.png", f"{trace.name}: hit rate vs cache size")
-    print(f"{'cache_blocks':>12}" + "".join(f"{p:>9}" for p in policies))
+    print(f"{'cache_blocks':>12}" + "".join(f"{p:>12}" for p in policies))
     for size in args.cache_blocks:
         rates = {r.policy: r.hit_rate for r in results if r.cache_blocks == size}
-        print(f"{size:>12}" + "".join(f"{100 * rates[p]:>8.2f}%" for p in policies))
+        print(f"{size:>12}" + "".join(f"{100 * rates[p]:>11.2f}%" for p in policies))
+    for policy, gaps in summary["gap_closed"].items():
+        if gaps:
+            print(f"LRU->OPT gap closed by {policy}: " + ", ".join(
+                f"{100 * gap:.1f} % at {size}" for size, gap in gaps.items()))
     for row in summary.get("restart", []):
         print(f"restart at request {row['restart_index']}, next {row['window']} requests, "
               f"{row['cache_blocks']} blocks: cold {100 * row['cold_hit_rate']:.2f}% -> warmed "
@@ -117,6 +168,17 @@ def main(argv: list[str] | None = None) -> dict:
               f"{row['warm_blocks']} blocks prefilled)")
     print(f"\nwrote summary.json and hit_rate.png to {args.out}")
     return summary
+
+
+def _slice(text: str) -> slice:
+    start, sep, stop = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError(text)
+        return slice(int(start) if start else None, int(stop) if stop else None)
+    except ValueError:
+        raise SystemExit(f"--slice expects START:STOP (integers, either may be empty), "
+                         f"got {text!r}") from None
 
 
 if __name__ == "__main__":

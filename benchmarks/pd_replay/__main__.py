@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--routers", default=",".join(DEFAULT_ROUTERS),
                         help=f"comma-separated, from {', '.join(ROUTERS)}")
     parser.add_argument("--scheduling", default="stock",
-                        help="comma-separated: stock (vLLM fcfs) and/or pd (PD-aware presets)")
+                        help="comma-separated: stock (vLLM fcfs), pd (PD-aware presets), "
+                             "prefill (the prefill preset, stock decode)")
     parser.add_argument("--no-colocated", action="store_true",
                         help="skip the colocated baseline")
     parser.add_argument("--decode-load", choices=("assigned", "arrived"), default="assigned",
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> dict:
     logging.getLogger("vllm").setLevel(logging.ERROR)
     schedulings = args.scheduling.split(",")
     if unknown := set(schedulings) - set(SCHEDULING):
-        raise SystemExit(f"unknown --scheduling {sorted(unknown)}; choose from stock, pd")
+        raise SystemExit(f"unknown --scheduling {sorted(unknown)}; choose from "
+                         f"{', '.join(SCHEDULING)}")
     routers = args.routers.split(",")
     if unknown := [r for r in routers if r not in ROUTERS]:
         raise SystemExit(f"unknown --routers {unknown}; choose from {', '.join(ROUTERS)}")

@@ -6,11 +6,13 @@
   each chunk's matmuls at the per-token rate of a full step, its attention exact
   (query-key pairs after the tokens before it), and the per-step fixed costs
   shared by the chunk's tokens;
-- **decode**: its share of decode steps in a batch of requests like it: the batch
-  is as large as the KV cache (``decode_kv_fraction`` of it, e.g. a `DecodeKVGate`
+- **decode**: its share of the decode steps that generate its tokens. A step of
+  ``B`` sequences costs what the cost model says; the request pays its own KV reads
+  (its mean context, prompt plus half the output) and ``1/B`` of the rest. ``B`` is
+  as large as the KV cache (``decode_kv_fraction`` of it, e.g. a `DecodeKVGate`
   bound), ``max_num_seqs`` and, with ``itl_target_s``, a step time within the target
-  allow; each step costs what the cost model says for that batch at the request's
-  mean context (prompt plus half the output);
+  allow for sequences of ``batch_context_tokens`` each (the mix's mean context; None:
+  sequences like this request);
 - **colocated gap**: a step that runs a full prefill chunk next to decodes.
 """
 
@@ -35,6 +37,8 @@ class StepCostCapacity:
     decode_kv_fraction: float = 1.0
     max_num_seqs: int = 256
     itl_target_s: float | None = None
+    batch_context_tokens: int | None = None
+    """Mean context of the sequences a decode step batches; None: the priced request's."""
 
     def prefill_s(self, prompt_tokens: int, cached_tokens: int) -> float:
         """Seconds of a prefill instance's steps spent on this prompt's uncached tokens."""
@@ -51,13 +55,12 @@ class StepCostCapacity:
         return seconds
 
     def batch_size(self, prompt_tokens: int, output_tokens: int) -> int:
-        """Decodes like this one that a decode instance runs together."""
-        final = max(1, prompt_tokens + output_tokens)
+        """Sequences a decode step batches (of ``batch_context_tokens``, else like this one)."""
+        context = self.batch_context_tokens or self._context(prompt_tokens, output_tokens)
         size = max(1, min(self.max_num_seqs,
-                          int(self.decode_kv_fraction * self.kv_capacity_tokens // final)))
+                          int(self.decode_kv_fraction * self.kv_capacity_tokens // context)))
         if self.itl_target_s is not None:
-            context = self._context(prompt_tokens, output_tokens)
-            while size > 1 and self._step_s(size, context) > self.itl_target_s:
+            while size > 1 and self._step_s([context] * size) > self.itl_target_s:
                 size = max(1, size * 9 // 10)
         return size
 
@@ -66,7 +69,10 @@ class StepCostCapacity:
         if output_tokens <= 0:
             return 0.0
         size = self.batch_size(prompt_tokens, output_tokens)
-        return output_tokens * self._step_s(size, self._context(prompt_tokens, output_tokens)) / size
+        context = self._context(prompt_tokens, output_tokens)
+        reads = context * self.cost_model.decode_s_per_context_token
+        others = self._step_s([1] * size) - size * self.cost_model.decode_s_per_context_token
+        return output_tokens * (reads + others / size)
 
     def colocated_itl_s(self) -> float:
         """A colocated step: a full prefill chunk beside one decode."""
@@ -78,5 +84,5 @@ class StepCostCapacity:
     def _context(prompt_tokens: int, output_tokens: int) -> int:
         return max(1, prompt_tokens + output_tokens // 2)
 
-    def _step_s(self, size: int, context: int) -> float:
-        return self.cost_model.step_time_s(StepBatch(decode_context_tokens=[context] * size))
+    def _step_s(self, contexts: list[int]) -> float:
+        return self.cost_model.step_time_s(StepBatch(decode_context_tokens=contexts))

@@ -22,10 +22,9 @@ import numpy as np
 
 from benchmarks.pd_replay.capacity import StepCostCapacity
 from benchmarks.pd_replay.cluster import ClusterRun
-from benchmarks.pd_replay.setup import ReplaySetup, format_table, row
+from benchmarks.pd_replay.setup import SCHEDULING, ReplaySetup, format_table, row
 from benchmarks.replay.records import SystemRun
 from benchmarks.replay.trace import Trace
-from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL
 from policies.pd_planner import PDPlan, PDPlanner
 
 
@@ -38,17 +37,23 @@ def windows(trace: Trace, window_s: float) -> list[Trace]:
     return [attrs.evolve(trace, requests=tuple(cuts[k])) for k in sorted(cuts)]
 
 
-def capacity_model(setup: ReplaySetup, scheduling: str,
-                   itl_slo_s: float | None) -> StepCostCapacity:
-    """Per-instance capacity of this setup's engines under ``scheduling``."""
+def capacity_model(setup: ReplaySetup, scheduling: str, itl_slo_s: float | None,
+                   history: Trace) -> StepCostCapacity:
+    """Per-instance capacity of this setup's engines under ``scheduling``.
+
+    Decode steps batch sequences of the mean context of ``history`` (the sizing window).
+    """
     shape = setup.shape
-    pd = scheduling == "pd"
+    prefill_role, decode_role = SCHEDULING[scheduling]
+    gate = decode_role.pipeline.start_gate if decode_role.pipeline is not None else None
+    contexts = [r.prompt_tokens + r.output_tokens // 2 for r in history.requests]
     return StepCostCapacity(
+        batch_context_tokens=max(1, round(sum(contexts) / len(contexts))),
         cost_model=setup.cost_model, kv_capacity_tokens=shape.num_blocks * shape.block_size,
-        prefill_chunk_tokens=(PD_PREFILL.max_num_batched_tokens if pd
-                              else shape.max_num_batched_tokens),
+        prefill_chunk_tokens=(prefill_role.max_num_batched_tokens
+                              or shape.max_num_batched_tokens),
         colocated_chunk_tokens=shape.max_num_batched_tokens,
-        decode_kv_fraction=PD_DECODE.pipeline.start_gate.max_kv_usage if pd else 1.0,
+        decode_kv_fraction=gate.max_kv_usage if gate is not None else 1.0,
         max_num_seqs=shape.max_num_seqs, itl_target_s=itl_slo_s)
 
 
@@ -92,7 +97,7 @@ def run_planning(trace: Trace, setup: ReplaySetup, *, instances: int, window_s: 
     parts = windows(trace, window_s)
     if setup.bar is not None:
         setup.bar.reset(total=len(trace.requests) * (2 + static_splits * (instances - 1)))
-    capacity = capacity_model(setup, scheduling, itl_slo_s)
+    capacity = capacity_model(setup, scheduling, itl_slo_s, parts[0])
     sizing = PDPlanner(instances=instances, capacity=capacity, itl_slo_s=itl_slo_s,
                        window_s=window_s)
     sizing.observe_all((r.arrival_s, r.prompt_tokens, 0, r.output_tokens)
@@ -101,19 +106,28 @@ def run_planning(trace: Trace, setup: ReplaySetup, *, instances: int, window_s: 
                         window_s=window_s, initial_plan=sizing.plan(parts[0].requests[-1]
                                                                     .arrival_s))
     colocated = PDPlan(prefill=0, decode=instances)
+    replays: dict[tuple[int, PDPlan], ClusterRun] = {}
+
+    def replay(k: int, plan: PDPlan, label: str) -> ClusterRun:
+        """Window ``k`` under ``plan`` (each pair replayed once: the replay is deterministic)."""
+        if (k, plan) not in replays:
+            replays[k, plan] = _replay(setup, parts[k], plan, router, scheduling, label)
+        elif setup.bar is not None:
+            setup.bar.update(len(parts[k].requests))
+        return replays[k, plan]
+
     planned_runs, colocated_runs, plans = [], [], []
     for k, window in enumerate(parts):
         start = window.requests[0].arrival_s
         plan = planner.plan(start) if k else planner.initial_plan
         demand = planner.demand(start) if k else sizing.demand(parts[0].requests[-1].arrival_s)
-        planned = _replay(setup, window, plan, router, scheduling, f"window {k} planned")
+        planned = replay(k, plan, f"window {k} planned")
         for record in sorted(planned.run.records, key=lambda r: r.arrival_s):
             planner.observe(record.arrival_s, prompt_tokens=record.prompt_tokens,
                             output_tokens=record.output_tokens,
                             cached_tokens=min(record.cached_tokens, record.prompt_tokens))
         planned_runs.append(planned)
-        colocated_runs.append(_replay(setup, window, colocated, router, scheduling,
-                                      f"window {k} colocated"))
+        colocated_runs.append(replay(k, colocated, f"window {k} colocated"))
         plans.append({"window": k, "start_s": start, "requests": len(window.requests),
                       "plan": plan.name, "demand": attrs.asdict(demand),
                       "utilization": {p.name: PDPlanner.utilization(p, demand)
@@ -123,9 +137,8 @@ def run_planning(trace: Trace, setup: ReplaySetup, *, instances: int, window_s: 
     if static_splits:
         for p in range(1, instances):
             split = PDPlan(prefill=p, decode=instances - p)
-            systems[split.name] = combine([_replay(setup, w, split, router, scheduling,
-                                                   f"static {split.name}") for w in parts],
-                                          split.name)
+            systems[split.name] = combine([replay(k, split, f"static {split.name}")
+                                           for k in range(len(parts))], split.name)
     rows = {name: row(run, name, setup.itl_slo_s) for name, run in systems.items()}
     summary = {
         "instances": instances, "window_s": window_s, "router": router,

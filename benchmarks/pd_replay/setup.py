@@ -19,8 +19,9 @@ from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL, STOCK
 from policies.pd_router import LeastLoadedRouter, PDRouter, RoundRobinRouter
 
 ROUTERS = ("round_robin", "least_loaded", "pow2", "prefix_affinity", "kv_overlap", "pd_router")
-SCHEDULING = {"stock": (STOCK, STOCK), "pd": (PD_PREFILL, PD_DECODE)}
-"""Prefill and decode roles by ``--scheduling`` name."""
+SCHEDULING = {"stock": (STOCK, STOCK), "pd": (PD_PREFILL, PD_DECODE),
+              "prefill": (PD_PREFILL, STOCK)}
+"""Prefill and decode roles by ``--scheduling`` name (``prefill``: the prefill preset alone)."""
 ROW_KEYS = ("ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s", "goodput_rps")
 
 

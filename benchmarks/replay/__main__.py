@@ -141,13 +141,20 @@ def queue_caps_sweep(summaries: dict[str, dict]) -> dict:
     setting and the best (highest goodput, then highest admitted SLO attainment)."""
     rows = []
     for caps in QUEUE_CAPS_SWEEP:
-        overall = summaries[caps.name]["overall"]
+        summary = summaries[caps.name]
+        overall, by_class = summary["overall"], summary["by_class"]
+        top = min(summary["by_priority"], key=int, default=None)
         rows.append({"setting": caps.name, **attrs.asdict(caps),
                      "goodput_rps": overall["goodput_rps"],
                      "slo_attainment": overall["slo_attainment"],
                      "admitted_slo_attainment": overall["admitted_slo_attainment"],
                      "rejected": overall["rejected"],
-                     "ttft_p99_s": overall["ttft_p99_s"], "tpot_p99_s": overall["tpot_p99_s"]})
+                     "ttft_p99_s": overall["ttft_p99_s"], "tpot_p99_s": overall["tpot_p99_s"],
+                     "short_ttft_p99_s": by_class.get("short", {}).get("ttft_p99_s"),
+                     "long_ttft_p99_s": by_class.get("long", {}).get("ttft_p99_s"),
+                     "short_itl_jitter": by_class.get("short", {}).get("itl_jitter"),
+                     "top_priority_tpot_p99_s": None if top is None
+                     else summary["by_priority"][top]["tpot_p99_s"]})
     best = best_queue_caps({r["setting"]: (r["goodput_rps"], r["admitted_slo_attainment"])
                             for r in rows})
     return {"settings": rows, "best": best, "criterion": "goodput_rps, admitted_slo_attainment",

@@ -6,6 +6,8 @@ Built-in traces (files under ``benchmarks/data``, see ``ATTRIBUTION.md`` there):
 - ``azure-code``: Azure LLM inference 2023, code service (8,819 requests, ~1 h).
 - ``mooncake-conv``: Mooncake FAST'25 conversation trace (12,031 requests, ~59 min)
   with 512-token prefix block hashes.
+- ``mooncake-synthetic``: Mooncake FAST'25 synthetic trace (3,993 requests, ~17 min,
+  Poisson arrivals) built from public datasets, same format.
 
 None of them names tenants; `assign_servegen_tenants` draws tenants with the
 rate mix of real Alibaba Bailian clients from ServeGen.
@@ -45,6 +47,7 @@ BUILTIN_TRACES: Mapping[str, tuple[str, str]] = MappingProxyType(
         "azure-code": ("azure_llm_2023/AzureLLMInferenceTrace_code.csv.gz", "azure"),
         "azure-conv": ("azure_llm_2023/AzureLLMInferenceTrace_conv.csv.gz", "azure"),
         "mooncake-conv": ("mooncake_fast25/conversation_trace.jsonl.gz", "mooncake"),
+        "mooncake-synthetic": ("mooncake_fast25/synthetic_trace.jsonl.gz", "mooncake"),
     }
 )
 """Built-in trace name -> (path under `DATA_DIR`, format)."""

@@ -185,7 +185,9 @@ class Driver:
         preempted = set(output.preempted_req_ids or ())
         self.preemptions += len(preempted)
         for request_id in preempted:
-            request = self.scheduler.requests[request_id]
+            request = self.scheduler.requests.get(request_id)
+            if request is None:  # preempted between steps (reset_prefix_cache), then aborted
+                continue
             seen = self._seen_preemptions.get(request_id, 0)
             assert request.num_preemptions == seen + 1, (request_id, seen)
             if request_id in output.num_scheduled_tokens:
@@ -195,7 +197,8 @@ class Driver:
             assert not blocks_of(self.scheduler, request_id), f"{request_id} kept its blocks"
             assert request in list(self.scheduler.waiting), f"{request_id} not re-queued"
             assert request not in self.scheduler.running
-        queued = preempted - set(output.num_scheduled_tokens)
+        queued = {r for r in preempted if r in self.scheduler.requests} - set(
+            output.num_scheduled_tokens)
         if queued and self.fcfs_queue:
             head = list(self.scheduler.waiting)[:len(queued)]
             assert {r.request_id for r in head} == queued, "preempted not prepended"

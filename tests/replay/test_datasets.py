@@ -72,7 +72,7 @@ def test_max_requests_keeps_the_earliest(builtin):
         (
             {"name_or_path": "azure-chat"},
             "unknown trace 'azure-chat': not a file and not a built-in name "
-            "(azure-code, azure-conv, mooncake-conv)",
+            "(azure-code, azure-conv, mooncake-conv, mooncake-synthetic)",
         ),
         ({"name_or_path": "azure-conv", "format": "csv"}, "format must be one of auto, jsonl, "
          "azure, mooncake, got 'csv'"),
