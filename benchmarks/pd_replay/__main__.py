@@ -73,16 +73,22 @@ def trace_window(trace: Trace, skip: int, count: int | None) -> Trace:
 
 def plot(results: list[ClusterRun], path: Path, title: str) -> None:
     """TTFT and ITL CDFs per system and KV bytes transferred."""
-    fig, (ttft_ax, itl_ax, kv_ax) = plt.subplots(1, 3, figsize=(15, 3.8))
-    for result in results:
+    fig, (ttft_ax, itl_ax, kv_ax) = plt.subplots(1, 3, figsize=(15, 4.2))
+    colors = plt.get_cmap("tab20").colors
+    for i, result in enumerate(results):
         records = result.run.records
         ttft = np.sort([r.ttft_s for r in records if r.ttft_s is not None])
         gaps = np.sort(np.concatenate([np.diff(r.token_times_s) for r in records]))
+        style = {"color": colors[i % len(colors)],
+                 "linestyle": "--" if result.system.endswith("+pd") else "-"}
         for ax, values in ((ttft_ax, ttft), (itl_ax, gaps)):
             ax.plot(np.maximum(values, 1e-4), np.arange(1, len(values) + 1) / len(values),
-                    label=result.system)
-    kv_ax.bar([r.system for r in results], [r.kv_bytes_transferred / 1e9 for r in results])
-    kv_ax.tick_params(axis="x", labelrotation=30)
+                    label=result.system, **style)
+    kv_ax.bar([r.system for r in results], [r.kv_bytes_transferred / 1e9 for r in results],
+              color=[colors[i % len(colors)] for i in range(len(results))])
+    kv_ax.tick_params(axis="x", labelrotation=40)
+    for label in kv_ax.get_xticklabels():
+        label.set_horizontalalignment("right")
     for ax, name in ((ttft_ax, "TTFT CDF (s)"), (itl_ax, "inter-token latency CDF (s)")):
         ax.set_xscale("log")
         ax.set_title(name)
