@@ -192,13 +192,16 @@ class Driver:
             assert request.num_preemptions == seen + 1, (request_id, seen)
             if request_id in output.num_scheduled_tokens:
                 continue  # resumed in the same step (reset_prefix_cache)
+            if request.status == RequestStatus.WAITING_FOR_REMOTE_KVS:  # restarted by a load
+                assert request in list(self.scheduler.kv_holding_waiting), request_id
+                continue
             assert request.status == RequestStatus.PREEMPTED, (request_id, request.status)
             assert request.num_computed_tokens == 0 and request.num_output_placeholders == 0
             assert not blocks_of(self.scheduler, request_id), f"{request_id} kept its blocks"
             assert request in list(self.scheduler.waiting), f"{request_id} not re-queued"
             assert request not in self.scheduler.running
-        queued = {r for r in preempted if r in self.scheduler.requests} - set(
-            output.num_scheduled_tokens)
+        queued = {r for r in preempted if r in self.scheduler.requests
+                  and self.scheduler.requests[r].status == RequestStatus.PREEMPTED}
         if queued and self.fcfs_queue:
             head = list(self.scheduler.waiting)[:len(queued)]
             assert {r.request_id for r in head} == queued, "preempted not prepended"
