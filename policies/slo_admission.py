@@ -316,6 +316,9 @@ class SLOAdmission:
           max_retry_after_s]``: the request's predicted lateness, the time the work due before
           it needs to drain that far.
         * Pure: decisions depend only on the arguments and on what ``ledger`` has heard.
+
+    Cost: O(n log n) per arrival, ``n`` the admitted requests with prefill left (the EDF
+    test sorts them by deadline).
     """
 
     slos: Mapping[str, SLOTarget] = attrs.field(converter=dict, validator=_targets)
