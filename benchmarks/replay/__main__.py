@@ -53,6 +53,22 @@ def with_tenant_priorities(trace: Trace) -> Trace:
         for r in trace.requests))
 
 
+def skip_requests(trace: Trace, n: int) -> Trace:
+    """``trace`` without its first ``n`` requests, arrivals shifted so the next one is at 0.
+
+    Tenants are assigned before the cut, so a request keeps the tenant it has in the whole
+    trace; deadlines and cancellations are relative to arrival and move with it.
+    """
+    if n == 0:
+        return trace
+    kept = trace.requests[n:]
+    if not kept:
+        raise SystemExit(f"--skip-requests {n} leaves no request of {len(trace.requests)}")
+    origin = kept[0].arrival_s
+    return attrs.evolve(trace, requests=tuple(
+        attrs.evolve(r, arrival_s=r.arrival_s - origin) for r in kept))
+
+
 def parse_overrides(items: list[str]) -> dict[str, float | int]:
     """``KEY=VALUE`` pairs for cost-model fields (integers stay integers, e.g. ``num_layers``)."""
     overrides: dict[str, float | int] = {}
@@ -72,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the tenant assignment")
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--max-requests", type=int, default=None)
+    parser.add_argument("--skip-requests", type=int, default=0, metavar="N",
+                        help="drop the first N requests by arrival and start the clock at the "
+                             "next one (a later window of the trace; --max-requests counts "
+                             "after the skipped ones)")
     parser.add_argument("--systems", default="fcfs,priority,pipeline:qos",
                         help="comma-separated: fcfs, priority, pipeline:NAME|module:attr|file.py:attr, "
                              f"{QUEUE_CAPS} (a sweep, the best reported) or "
@@ -89,9 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
-    trace = load_workload(args.trace, format=args.format, max_requests=args.max_requests)
+    if args.skip_requests < 0:
+        raise SystemExit(f"--skip-requests must be >= 0, got {args.skip_requests}")
+    limit = None if args.max_requests is None else args.skip_requests + args.max_requests
+    trace = load_workload(args.trace, format=args.format, max_requests=limit)
     if args.tenants == "servegen":
         trace = with_tenant_priorities(assign_servegen_tenants(trace, seed=args.seed))
+    trace = skip_requests(trace, args.skip_requests)
     trace = trace.scaled(args.rate_scale)
     base = load_cost_model(args.cost_model) if args.cost_model else StepCostModel.preset(args.gpu)
     cost_model = attrs.evolve(base, **parse_overrides(args.cost))
@@ -112,7 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
         summaries[QUEUE_CAPS] = {**summaries[best], "system": QUEUE_CAPS, "setting": best}
     shown = [s for s in requested if s in summaries]
     args.out.mkdir(parents=True, exist_ok=True)
-    config = {"requests": len(trace.requests), "rate_scale": args.rate_scale,
+    config = {"requests": len(trace.requests), "skip_requests": args.skip_requests,
+              "rate_scale": args.rate_scale,
               "tenants": args.tenants, "seed": args.seed, "gpu": args.gpu,
               "cost_model": attrs.asdict(cost_model), "engine": attrs.asdict(shape)}
     summary = {"trace": trace.name, "config": config,
