@@ -33,3 +33,34 @@ def test_each_pipeline_is_judged_against_fcfs_and_the_best_stock_system_is_repor
 
 def test_nothing_is_judged_without_fcfs():
     assert decode_protection_targets({"systems": {"pipeline:new": SUMMARY["systems"]["fcfs"]}}) == []
+
+
+def test_every_setting_of_the_queue_caps_sweep_counts_as_stock():
+    sweep = {"settings": [
+        {"setting": "stock+queue-caps:fcfs:reqs=128", "short_itl_jitter": 9.0,
+         "top_priority_tpot_p99_s": 0.030, "short_ttft_p99_s": 0.3, "long_ttft_p99_s": 0.4},
+        {"setting": "stock+queue-caps:priority:reqs=256", "short_itl_jitter": 3.5,
+         "top_priority_tpot_p99_s": 0.074, "short_ttft_p99_s": None, "long_ttft_p99_s": 0.5}]}
+    entries = {(e["system"], e["target"]): e
+               for e in decode_protection_targets({**SUMMARY, "queue_caps_sweep": sweep})}
+    tpot = entries["pipeline:new", "high_priority_tpot"]
+    assert tpot["best_stock_system"] == "stock+queue-caps:fcfs:reqs=128"
+    assert tpot["passed"] and not tpot["passed_vs_best_stock"], "0.040 > 0.6 x 0.030"
+    jitter = entries["pipeline:new", "short_itl_jitter"]
+    assert (jitter["best_stock_system"], jitter["best_stock"]) == (
+        "stock+queue-caps:priority:reqs=256", 3.5)
+    assert not jitter["passed_vs_best_stock"], "3.0 > 0.6 x 3.5"
+    short = entries["pipeline:new", "ttft_kept_short"]
+    assert short["best_stock_system"] == "stock+queue-caps:fcfs:reqs=128"
+    assert "missed against it" in format_targets(list(entries.values()))
+
+
+def test_strict_verdict_passes_when_the_value_beats_every_stock_system_by_the_ratio():
+    entries = {(e["system"], e["target"]): e for e in decode_protection_targets(SUMMARY)}
+    assert entries["pipeline:new", "high_priority_tpot"]["passed_vs_best_stock"] is False
+    strong = {"systems": {**SUMMARY["systems"],
+                          "pipeline:strong": system(2.0, 0.030, 0.5, 5.0)}}
+    entries = {(e["system"], e["target"]): e for e in decode_protection_targets(strong)}
+    assert entries["pipeline:strong", "short_itl_jitter"]["passed_vs_best_stock"], "2 <= 0.6 x 4"
+    assert entries["pipeline:strong", "high_priority_tpot"]["passed_vs_best_stock"], \
+        "0.030 <= 0.6 x 0.060"
