@@ -18,7 +18,3 @@ def test_builtin_trace_is_attributed(name):
     assert f"`{name}`" in (DOCS / "data.md").read_text(encoding="utf-8"), \
         f"built-in trace {name} is not listed in docs/data.md"
 
-
-def test_the_site_copy_of_the_notice_is_the_notice():
-    assert (DOCS / "attribution" / "replay-traces.md").read_text(encoding="utf-8") == (
-        DATA_DIR / "ATTRIBUTION.md").read_text(encoding="utf-8")
