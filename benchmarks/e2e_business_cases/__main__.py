@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                              f"{QUEUE_CAPS}:BASE[:reqs=N][:tokens=N]; {QUEUE_CAPS} alone "
                              "replays a sweep of settings and reports the best; "
                              f"with --live: {','.join(LIVE_SYSTEMS)})")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="systems replayed at once, each in its own process (default: "
+                             "the CPU count; the results do not depend on it)")
     parser.add_argument("--live", action="store_true",
                         help="a scaled-down run through real CPU vLLM servers over HTTP "
                              "(writes live_summary.json, live_report.md; see `live`)")
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
             bar.set_description(system)
             return bar.update
 
-        summary = run_study(workload, systems=systems, progress=progress)
+        summary = run_study(workload, systems=systems, jobs=args.jobs, progress=progress)
     summary["config"]["seed"] = args.seed
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

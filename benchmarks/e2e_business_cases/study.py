@@ -23,7 +23,9 @@ leads with (`systems.HEADLINE`).
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 import attrs
 
@@ -78,26 +80,62 @@ def queue_caps_sweep(runs: Mapping[str, SystemRun], phases: Mapping[str, list[di
             "criterion": "goodput_rps over the whole run, then admitted_slo_attainment"}
 
 
+def replay_system(workload: BusinessWorkload, system: str, shape: EngineShape,
+                  cost_model: StepCostModel,
+                  progress: Callable[[int], None] | None = None) -> SystemRun:
+    """``workload`` replayed through ``system`` on its own fresh harness."""
+    return replay(workload.trace, system, shape=shape, cost_model=cost_model,
+                  harness=build_system(system, shape), progress=progress)
+
+
+def replay_systems(workload: BusinessWorkload, systems: Sequence[str], *,
+                   shape: EngineShape, cost_model: StepCostModel, jobs: int = 1,
+                   progress: Callable[[str], Callable[[int], None]] | None = None,
+                   ) -> dict[str, SystemRun]:
+    """Each of ``systems`` replayed (`replay_system`), ``jobs`` at a time in worker processes.
+
+    The runs do not depend on ``jobs``: every system replays the same trace on its own
+    harness in virtual time. ``progress(system)`` returns a callback told of each admitted
+    arrival (in this process: with ``jobs > 1`` it is told of a system's arrivals at once,
+    when its replay ends).
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs!r}")
+    if jobs == 1 or len(systems) == 1:
+        return {system: replay_system(workload, system, shape, cost_model,
+                                      progress(system) if progress else None)
+                for system in systems}
+    with ProcessPoolExecutor(max_workers=min(jobs, len(systems)),
+                             mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {system: pool.submit(replay_system, workload, system, shape, cost_model)
+                   for system in systems}
+        runs = {}
+        for system, future in futures.items():
+            runs[system] = future.result()
+            if progress:
+                progress(system)(len(workload.trace.requests))
+        return runs
+
+
 def run_study(workload: BusinessWorkload, *, systems: Sequence[str] = SYSTEMS,
               shape: EngineShape = SHAPE, cost_model: StepCostModel | None = None,
               definitions: Mapping[str, Mapping[str, SLO]] = DEFINITIONS,
-              primary: str = PRIMARY,
+              primary: str = PRIMARY, jobs: int = 1,
               progress: Callable[[str], Callable[[int], None]] | None = None) -> dict:
     """Replay ``workload`` through each of ``systems``; the summary in the module docstring.
 
     Every system replays the same trace on its own fresh harness, so systems do
-    not share state. ``progress(system)`` returns a callback told of each
-    admitted arrival. SLO figures are judged under ``definitions[primary]`` (and under each
-    definition in ``by_definition``).
+    not share state, and ``jobs`` of them run at once (`replay_systems`; the summary does not
+    depend on it). ``progress(system)`` returns a callback told of admitted arrivals. SLO
+    figures are judged under ``definitions[primary]`` (and under each definition in
+    ``by_definition``).
     """
     cost_model = cost_model or StepCostModel.preset("h100")
     slos = definitions[primary]
-    runs, per_system = {}, {}
-    for system in expand_systems(systems):
-        runs[system] = replay(workload.trace, system, shape=shape, cost_model=cost_model,
-                              harness=build_system(system, shape),
-                              progress=progress(system) if progress else None)
-        per_system[system] = run_phases(runs[system], workload, slos, definitions)
+    runs = replay_systems(workload, expand_systems(systems), shape=shape,
+                          cost_model=cost_model, jobs=jobs, progress=progress)
+    per_system = {system: run_phases(run, workload, slos, definitions)
+                  for system, run in runs.items()}
     sweep = None
     if QUEUE_CAPS in systems:
         sweep = queue_caps_sweep(runs, per_system, workload, slos)

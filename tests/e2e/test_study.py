@@ -7,6 +7,7 @@ import pytest
 from benchmarks.e2e_business_cases.__main__ import main
 from benchmarks.e2e_business_cases.plots import FIGURES
 from benchmarks.e2e_business_cases.slos import DEFINITIONS
+from benchmarks.e2e_business_cases.study import run_study
 from benchmarks.e2e_business_cases.systems import HEADLINE, SYSTEMS, build_system
 from benchmarks.e2e_business_cases.workload import PHASES, business_workload
 from benchmarks.replay.systems import QUEUE_CAPS, QUEUE_CAPS_SWEEP
@@ -81,3 +82,16 @@ def test_an_unknown_system_is_refused():
     with pytest.raises(ValueError, match="unknown system 'lifo': use one of fcfs, priority, "
                                          "stock\\+queue-caps"):
         build_system("lifo", EngineShape())
+
+
+def test_replaying_in_worker_processes_gives_the_same_summary():
+    workload = business_workload(phase_s=1.0)
+    systems = ["fcfs", "pipeline+slo"]
+    serial, parallel = (run_study(workload, systems=systems, jobs=jobs) for jobs in (1, 2))
+    assert parallel["phases"] == serial["phases"]
+    assert parallel["targets"] == serial["targets"]
+
+
+def test_jobs_below_one_are_refused():
+    with pytest.raises(ValueError, match="jobs must be >= 1, got 0"):
+        run_study(business_workload(phase_s=1.0), systems=["fcfs"], jobs=0)
