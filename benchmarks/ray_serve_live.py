@@ -3,23 +3,28 @@
 On a local 2-node Ray cluster (`integrations.ray_serve.cluster.LocalCluster`), the same
 app (2 vLLM replicas of the tiny random-weight model, one a node, behind the OpenAI
 ingress) is deployed once with Ray Serve's default power-of-two-choices router
-(``pow2``) and once with `PDRequestRouter` (``pd_router``), and sent the same requests:
-``--families`` prompt families (a long shared prefix each, built from the MT-bench
-prompts embedded with the tiny tokenizer) in a seeded random order, each with its own
-question, at most ``--concurrency`` in flight (bounded load). Each replica's KV cache
-holds ``--kv-blocks`` blocks of 32 tokens (about half of the families' prefixes, so
-where a family's requests land decides whether its prefix is still cached) and runs at
-most ``--max-num-seqs`` requests at once (the rest queue, so balance matters too).
+(``pow2``) and once with `PDRequestRouter` (``pd_router``, optionally with parameters),
+and sent the same requests: ``--families`` prompt families (a ~300-token shared prefix
+each, built from the MT-bench prompts embedded with the tiny tokenizer) in a seeded random
+order, each with its own question, at most ``--concurrency`` in flight (bounded load).
+Each replica's KV cache holds ``--kv-blocks`` blocks of 32 tokens: beside the blocks of
+the requests it runs (at most ``--max-num-seqs`` at once, ~12 blocks each; the rest
+queue, so balance matters too) about half of the families' prefixes fit, so where a
+family's requests land decides whether its prefix is still cached.
+
+With ``--parallel`` each `PDRequestRouter` setting is measured at the same time as a
+``pow2`` copy of the app of its own (2 apps, 4 replicas, one round per setting): the
+same requests reach both at once, and the machine's noise hits both alike.
 
 Measured client-side: TTFT (first streamed event) p50/p99; from the replicas'
 ``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`` (token-weighted,
 deltas over the run): the prefix-cache hit rate; from the ingress: the routing
 decisions. The tiny model on shared CPUs: relative numbers only. Writes
 ``OUT/ray_serve_live.json`` and, with ``--png``, the Grafana dashboard's panels rendered
-from the ``pd_router`` run's scrapes (each panel's own PromQL, evaluated by
+from the last router's run's scrapes (each panel's own PromQL, evaluated by
 `integrations.ray_serve.dashboard`).
 
-Usage: ``python -m benchmarks.ray_serve_live --out DIR [--requests 160] [--png PATH]``
+Usage: ``python -m benchmarks.ray_serve_live --out DIR [--parallel] [--png PATH]``
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ import statistics
 import threading
 import time
 from pathlib import Path
+
+import attrs
 
 from integrations.ray_serve import cluster as _cluster  # noqa: F401 - before Ray is imported
 
@@ -94,13 +101,13 @@ async def _one(session, url: str, model: str, prompt: str, tenant: str
 
 
 async def _drive(url: str, model: str, requests: list[tuple[int, str]], concurrency: int,
-                 label: str) -> list[dict]:
+                 label: str, position: int = 0) -> list[dict]:
     import aiohttp
     from tqdm import tqdm
 
     limit = asyncio.Semaphore(concurrency)
     results: list[dict] = []
-    progress = tqdm(total=len(requests), desc=label, unit="req")
+    progress = tqdm(total=len(requests), desc=label, unit="req", position=position)
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
 
@@ -169,15 +176,26 @@ def _decisions(url: str) -> dict[str, float]:
                 if name == "policies:router_decisions_total"}
 
 
-def run_router(spec: str, *, model: str, cluster, requests: list[tuple[int, str]],
-               concurrency: int, kv_blocks: int, max_num_seqs: int, pipeline: str,
-               record: bool) -> dict:
-    """Deploy the app with router ``spec``, send ``requests``, measure; then delete the app."""
-    from ray import serve
+@attrs.define
+class BenchApp:
+    """One deployed copy of the app, with the router ``spec``."""
 
+    spec: str
+    name: str
+    url: str
+    targets_dir: str
+
+    def targets(self) -> list[dict]:
+        from integrations.ray_serve.metrics import TargetsDirectory
+
+        return TargetsDirectory(self.targets_dir).targets()
+
+
+def deploy_app(spec: str, *, model: str, cluster, kv_blocks: int, max_num_seqs: int,
+               pipeline: str) -> BenchApp:
+    """Deploy the app with router ``spec`` under ``/bench-<spec>`` (returns once it is up)."""
     from integrations.ray_serve.app import ServeConfig, deploy
     from integrations.ray_serve.demo import TINY_MODEL_ARGS
-    from integrations.ray_serve.metrics import TargetsDirectory
 
     router, router_kwargs = parse_router(spec)
     name = "bench-" + "".join(c if c.isalnum() else "-" for c in spec.lower())
@@ -187,28 +205,50 @@ def run_router(spec: str, *, model: str, cluster, requests: list[tuple[int, str]
                          vllm_args=(*TINY_MODEL_ARGS, "--num-gpu-blocks-override",
                                     str(kv_blocks), *limits))
     deploy(config, route_prefix=f"/{name}")
-    url = f"{cluster.url}/{name}"
-    try:
-        targets = TargetsDirectory(str(config.targets().path)).targets()
-        asyncio.run(_drive(url, model, [(0, "Warm up, please.")] * 2, 2, f"{spec} warm-up"))
-        before, decided = _engine_counters(targets), _decisions(url)
-        recorder = _Recorder(url, str(config.targets().path)) if record else None
-        if recorder is not None:
-            recorder.start()
+    return BenchApp(spec, name, f"{cluster.url}/{name}", str(config.targets().path))
+
+
+def measure(apps: list[BenchApp], *, model: str, requests: list[tuple[int, str]],
+            concurrency: int, record: BenchApp | None) -> dict[str, dict]:
+    """Send ``requests`` to every app at once (each its own ``concurrency``), measure each."""
+    targets = {app.spec: app.targets() for app in apps}
+
+    async def warm_up() -> None:
+        await asyncio.gather(*(_drive(app.url, model, [(0, "Warm up, please.")] * 2, 2,
+                                      f"{app.spec} warm-up") for app in apps))
+
+    asyncio.run(warm_up())
+    before = {app.spec: (_engine_counters(targets[app.spec]), _decisions(app.url))
+              for app in apps}
+    recorder = _Recorder(record.url, record.targets_dir) if record is not None else None
+    if recorder is not None:
+        recorder.start()
+    elapsed: dict[str, float] = {}
+
+    async def run(app: BenchApp, position: int) -> list[dict]:
         started = time.monotonic()
-        results = asyncio.run(_drive(url, model, requests, concurrency, spec))
-        elapsed = time.monotonic() - started
-        if recorder is not None:
-            time.sleep(2 * recorder.period_s)
-            recorder.stop_event.set()
-            recorder.join()
-        after = _engine_counters(targets)
+        results = await _drive(app.url, model, requests, concurrency, app.spec, position)
+        elapsed[app.spec] = time.monotonic() - started
+        return results
+
+    async def run_all() -> list[list[dict]]:
+        return await asyncio.gather(*(run(app, i) for i, app in enumerate(apps)))
+
+    all_results = asyncio.run(run_all())
+    if recorder is not None:
+        time.sleep(2 * recorder.period_s)
+        recorder.stop_event.set()
+        recorder.join()
+    out = {}
+    for app, results in zip(apps, all_results, strict=True):
+        counters, decided = before[app.spec]
         decisions = {reason: value - decided.get(reason, 0.0)
-                     for reason, value in _decisions(url).items() if value > decided.get(reason, 0)}
-    finally:
-        serve.delete(name)
-    return _summary(spec, results, before, after, elapsed, decisions,
-                    recorder.series if recorder else None)
+                     for reason, value in _decisions(app.url).items()
+                     if value > decided.get(reason, 0.0)}
+        out[app.spec] = _summary(app.spec, results, counters,
+                                 _engine_counters(targets[app.spec]), elapsed[app.spec],
+                                 decisions, recorder.series if app is record else None)
+    return out
 
 
 def _summary(router, results, before, after, elapsed, decisions, series) -> dict:
@@ -293,14 +333,26 @@ def _router_specs(text: str) -> list[str]:
     return specs
 
 
+def _rounds(routers: list[str], parallel: bool) -> list[list[str]]:
+    """The routers measured together: each alone, or (``parallel``) each `PDRequestRouter`
+    setting beside a ``pow2`` app of its own (all at once when there is no ``pow2``)."""
+    if not parallel:
+        return [[spec] for spec in routers]
+    ours = [spec for spec in routers if spec != "pow2"]
+    if "pow2" not in routers or not ours:
+        return [routers]
+    return [["pow2", spec] for spec in ours]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--requests", type=int, default=160)
     parser.add_argument("--families", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--kv-blocks", type=int, default=48,
-                        help="KV blocks (32 tokens) per replica")
+    parser.add_argument("--kv-blocks", type=int, default=64,
+                        help="KV blocks (32 tokens) per replica (64: 2 running requests' "
+                             "~24 blocks plus about half of 8 families' ~76 prefix blocks)")
     parser.add_argument("--max-num-seqs", type=int, default=2,
                         help="requests a replica runs at once, the rest queue (0: vLLM's)")
     parser.add_argument("--pipeline", default="identity")
@@ -310,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
                              "after a colon (pd_router:load_slack_tokens=0,balance_epsilon=0.2)")
     parser.add_argument("--png", type=Path, default=None,
                         help="render the dashboard's panels from the pd_router run here")
+    parser.add_argument("--parallel", action="store_true",
+                        help="measure each pd_router setting at the same time as a pow2 app "
+                             "of its own, on the same requests (the machine's noise hits both "
+                             "alike; 4 engines at once)")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
 
@@ -323,22 +379,40 @@ def main(argv: list[str] | None = None) -> int:
                             for k, v in vars(args).items()}, "routers": {}}
     with LocalCluster(nodes=2, http_port=args.port) as cluster:
         out["cluster_startup_s"] = cluster.startup_s
-        for router in routers:
-            result = run_router(router, model=model, cluster=cluster, requests=requests,
-                                concurrency=args.concurrency, kv_blocks=args.kv_blocks,
-                                max_num_seqs=args.max_num_seqs, pipeline=args.pipeline,
-                                record=args.png is not None and router == routers[-1])
-            series = result.pop("_series")
-            if series is not None:
-                render_dashboard(series, args.png, "llm-serving-policies on Ray Serve: dashboard "
-                                 f"panels from a live run ({router}, tiny model)")
-            out["routers"][router] = result
-    theirs = out["routers"].get("pow2")
-    out["vs_pow2"] = {} if theirs is None else {
-        spec: {"ttft_p50_ratio": ours["ttft_p50_s"] / theirs["ttft_p50_s"],
-               "ttft_p99_ratio": ours["ttft_p99_s"] / theirs["ttft_p99_s"],
-               "hit_rate_delta": ours["prefix_cache_hit_rate"] - theirs["prefix_cache_hit_rate"]}
-        for spec, ours in out["routers"].items() if spec != "pow2"}
+        rounds = _rounds(routers, args.parallel)
+        for specs in rounds:
+            apps = [deploy_app(spec, model=model, cluster=cluster, kv_blocks=args.kv_blocks,
+                               max_num_seqs=args.max_num_seqs, pipeline=args.pipeline)
+                    for spec in specs]
+            record = next((a for a in apps if a.spec == routers[-1]), None) if args.png else None
+            try:
+                results = measure(apps, model=model, requests=requests,
+                                  concurrency=args.concurrency, record=record)
+            finally:
+                from ray import serve
+
+                for app in apps:
+                    serve.delete(app.name)
+            ours = next((spec for spec in specs if spec != "pow2"), None)
+            for spec, result in results.items():
+                series = result.pop("_series")
+                if series is not None:
+                    render_dashboard(series, args.png, "llm-serving-policies on Ray Serve: "
+                                     f"dashboard panels from a live run ({spec}, tiny model)")
+                label = spec if spec != "pow2" or len(rounds) == 1 or len(specs) == 1 \
+                    else f"pow2 (beside {ours})"
+                out["routers"][label] = result
+    out["vs_pow2"] = {}
+    for label, mine in out["routers"].items():
+        if label.startswith("pow2"):
+            continue
+        theirs = out["routers"].get(f"pow2 (beside {label})", out["routers"].get("pow2"))
+        if theirs is not None:
+            out["vs_pow2"][label] = {
+                "ttft_p50_ratio": mine["ttft_p50_s"] / theirs["ttft_p50_s"],
+                "ttft_p99_ratio": mine["ttft_p99_s"] / theirs["ttft_p99_s"],
+                "hit_rate_delta": mine["prefix_cache_hit_rate"]
+                - theirs["prefix_cache_hit_rate"]}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ray_serve_live.json").write_text(json.dumps(out, indent=2) + "\n")
     for router, result in out["routers"].items():
