@@ -125,6 +125,16 @@ def test_a_killed_replica_fails_over_and_no_request_is_lost(apps, model_dir):
         assert streaming.wait(120), "no stream started"
         ray.kill(ray.get_actor(actor, namespace="serve"), no_restart=True)
         replies = [f.result() for f in futures]
+    after = _outcomes(url)  # the transcript first (shown with pytest -rP), then the checks
+    print(f"killed replica {victim} (actor {actor}) once the first stream had its first event")
+    for body, reply in zip(bodies, replies, strict=True):
+        print(f"stream={body['stream']} status={reply.status} "
+              f"attempts={reply.headers.get('x-attempts')} "
+              f"served_by={reply.headers.get('x-served-by')} "
+              f"events={len(reply.events)} stream_error={bool(reply.stream_error)} "
+              f"finish={reply.finish_reason() if reply.status == 200 else None} "
+              f"error={reply.error}")
+    print("ingress outcomes: " + ", ".join(f"{o} +{after[o] - before[o]:.0f}" for o in after))
     for body, reply in zip(bodies, replies, strict=True):
         assert reply.error is None, reply.error  # the connection never just broke
         if body["stream"] and reply.status == 200:
@@ -137,19 +147,14 @@ def test_a_killed_replica_fails_over_and_no_request_is_lost(apps, model_dir):
             assert reply.finish_reason() == "length"
         else:
             assert reply.status == 502 and reply.body["error"]["type"] == "replica_failed"
-    for body, reply in zip(bodies, replies, strict=True):  # shown with pytest -rP
-        print(f"stream={body['stream']} status={reply.status} "
-              f"attempts={reply.headers.get('x-attempts')} "
-              f"served_by={reply.headers.get('x-served-by')} "
-              f"events={len(reply.events)} stream_error={bool(reply.stream_error)} "
-              f"finish={reply.finish_reason() if reply.status == 200 else None}")
     affected = [r for r in replies if r.status != 200 or r.stream_error
                 or r.headers.get("x-attempts", "1") != "1"]
     assert affected, "the kill hit no request: it came too late to test failover"
-    after = _outcomes(url)
     done = sum(after[o] - before[o] for o in ("completed", "rejected"))
     assert done == len(bodies) and after["cancelled"] == before["cancelled"]
     for _ in range(3):  # new requests go elsewhere (until Serve has replaced the victim)
         reply = post(f"{url}/v1/completions", _completion(model_dir, prompt, False))
+        print(f"new request: status={reply.status} served_by={reply.headers.get('x-served-by')}"
+              f" attempts={reply.headers.get('x-attempts')}")
         assert reply.status == 200, reply.body
         assert reply.headers["x-served-by"] != victim
