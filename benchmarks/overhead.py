@@ -10,7 +10,15 @@ waits for a core. Writes ``OUT/summary.json``:
     {"results": [{"pipeline", "running", "waiting", "ratio_median", "ratio_p99",
                   "stock_median_us", "pipeline_median_us", ...}]}
 
-Usage: ``python -m benchmarks.overhead --out DIR [--iterations N] [--clock wall|cpu]``
+``--churn`` replaces the steady decode batch with one that turns over: every request has a
+short answer (16 to 63 tokens), so some finish and waiting ones start at every step; prompts
+open with one of `CHURN_PREFIXES` shared prefixes; and the cache holds only `CHURN_BLOCKS_PER_SEQ`
+blocks per running sequence, so freed blocks are cached, hit and evicted all the time. The
+eviction order then runs on every block vLLM frees, touches or takes, and since frees happen
+in ``update_from_output``, each timed call is the whole step (``schedule()`` and
+``update_from_output()``) for both schedulers.
+
+Usage: ``python -m benchmarks.overhead --out DIR [--iterations N] [--clock wall|cpu] [--churn]``
 """
 
 from __future__ import annotations
@@ -28,6 +36,29 @@ from integrations.vllm_v1.config.presets import preset
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
 
 PROMPT_TOKENS = 64
+CHURN_PREFIXES = 16
+"""``--churn``: prompts open with one of this many shared 48-token prefixes."""
+CHURN_BLOCKS_PER_SEQ = 8
+"""``--churn``: KV blocks per running sequence (a 64-token prompt and its answer take 5-8)."""
+
+
+def _churn_prompt(i: int) -> list[int]:
+    prefix = [500_000 + (i % CHURN_PREFIXES) * 64 + j for j in range(48)]
+    return prefix + [1_000_000 + i * 16 + j for j in range(16)]
+
+
+def _churn_harness(pipeline_name: str | None, running: int, waiting: int) -> SchedulerHarness:
+    shape = EngineShape(num_blocks=running * CHURN_BLOCKS_PER_SEQ + 64, max_num_seqs=running,
+                        max_num_batched_tokens=8192, max_model_len=32768)
+    harness = SchedulerHarness.build(preset(pipeline_name, TENANT_WEIGHTS) if pipeline_name else None,
+                                     shape=shape)
+    for i in range(running + waiting):
+        harness.add_request(f"req-{i}", _churn_prompt(i), 16 + i % 48, priority=i % 5 - 2)
+        harness.clock.advance(0.0001)
+    for _ in range(64):  # into the steady state: requests finishing and starting every step
+        harness.complete(harness.scheduler.schedule())
+        harness.clock.advance(0.01)
+    return harness
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -59,19 +90,24 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
 
 def measure(pipeline_name: str, running: int, waiting: int, iterations: int,
-            clock: str = "wall") -> dict:
-    """Timed, interleaved ``schedule()`` calls of stock vLLM and one preset pipeline."""
+            clock: str = "wall", churn: bool = False) -> dict:
+    """Timed, interleaved ``schedule()`` calls of stock vLLM and one preset pipeline (with
+    ``churn``, whole steps of a turning-over batch: see the module docstring)."""
     timer = CLOCKS[clock]
-    stock = _loaded_harness(None, running, waiting)
-    ours = _loaded_harness(pipeline_name, running, waiting)
+    build = _churn_harness if churn else _loaded_harness
+    stock = build(None, running, waiting)
+    ours = build(pipeline_name, running, waiting)
     timings: dict[str, list[float]] = {"stock": [], "pipeline": []}
     for i in range(iterations):
         pair = [("stock", stock), ("pipeline", ours)]
         for name, harness in pair if i % 2 == 0 else reversed(pair):
             start = timer()
             output = harness.scheduler.schedule()
+            if churn:
+                harness.complete(output)
             timings[name].append(timer() - start)
-            harness.complete(output)
+            if not churn:
+                harness.complete(output)
             harness.clock.advance(0.01)
     stock_median = statistics.median(timings["stock"])
     ours_median = statistics.median(timings["pipeline"])
@@ -81,6 +117,7 @@ def measure(pipeline_name: str, running: int, waiting: int, iterations: int,
         "waiting": waiting,
         "iterations": iterations,
         "clock": clock,
+        "churn": churn,
         "ratio_median": ours_median / stock_median,
         "ratio_p99": _percentile(timings["pipeline"], 0.99) / _percentile(timings["stock"], 0.99),
         "stock_median_us": stock_median * 1e6,
@@ -97,10 +134,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--waiting", default="1000,10000")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall time, or the thread's CPU time (for a shared machine)")
+    parser.add_argument("--churn", action="store_true",
+                        help="a batch that turns over, with shared prefixes and a tight cache "
+                             "(evictions every step); times whole steps")
     args = parser.parse_args(argv)
     configs = [(p, args.running, int(w)) for p in args.pipelines.split(",")
                for w in args.waiting.split(",")]
-    results = [measure(*config, args.iterations, args.clock)
+    results = [measure(*config, args.iterations, args.clock, args.churn)
                for config in tqdm(configs, desc="overhead")]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps({"results": results}, indent=2))
