@@ -1,7 +1,7 @@
 """The swapped free-block queue inside the real vLLM scheduler: exact bookkeeping, no leaks."""
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from integrations.vllm_v1 import Pipeline
@@ -38,12 +38,62 @@ def test_a_pipeline_without_eviction_keeps_vllms_queue():
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workload=WORKLOADS, shape=SHAPES)
+@example(workload=[(0, 1, 32, 0), (0, 1, 32, 0), (0, 65, 28, 1), (0, 193, 1, 0), (0, 49, 1, 1)],
+         shape=EngineShape(num_blocks=20, max_num_seqs=8, max_num_batched_tokens=64,
+                           max_model_len=1024))  # found by CI: r0 and r1 leave duplicates
 def test_lru_order_schedules_exactly_like_stock_vllm(workload, shape):
-    """vLLM's LRU through our queue: same hits, preemptions and finishes, step by step."""
+    """vLLM's LRU through our queue: same hits, preemptions and finishes, step by step, up to
+    the step that frees a duplicate cached block (ours hands it out first, vLLM keeps it in
+    LRU position; see `test_a_duplicate_block_is_handed_out_before_distinct_content`)."""
     stock = replay_workload(SchedulerHarness.build(None, shape=shape), workload)
-    ours = replay_workload(SchedulerHarness.build(Pipeline(eviction=LRU()), shape=shape), workload,
-               check=check_pool)
-    assert ours == stock
+    harness = SchedulerHarness.build(Pipeline(eviction=LRU()), shape=shape)
+    queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
+    duplicates = []
+
+    def check(scheduler):
+        check_pool(scheduler)
+        duplicates.append(queue.duplicates_released)
+
+    ours = replay_workload(harness, workload, check=check)
+    if not duplicates[-1]:
+        assert ours == stock
+    else:
+        first = next(step for step, count in enumerate(duplicates) if count)
+        assert ours[:first + 1] == stock[:first + 1]
+
+
+def _returning_prompt_computed_tokens(pipeline):
+    """Tokens of a returning 48-token prompt computed (not served from the cache) when a pool
+    of 7 blocks holds its 2 blocks (least recent) and a duplicate, and one block was evicted
+    for a new request; and the duplicates the queue saw (None for vLLM's own queue)."""
+    shape = EngineShape(num_blocks=8, max_num_seqs=4, max_num_batched_tokens=256,
+                        max_model_len=112)
+    harness = SchedulerHarness.build(pipeline, shape=shape)
+    scheduled = {}
+
+    def run(*requests):
+        for name, prompt in requests:
+            harness.add_request(name, prompt, 1)
+        while harness.has_requests():
+            for name, tokens in harness.step().scheduler_output.num_scheduled_tokens.items():
+                scheduled.setdefault(name, tokens)
+
+    returning, shared = list(range(500, 532)), list(range(64))  # 2 and 4 full blocks
+    run(("first", returning))
+    run(("a", shared), ("b", shared))  # b computes a's last block again: a duplicate
+    run(("other", list(range(900, 916))))  # the pool is full: one block is evicted
+    run(("returning", returning + list(range(600, 616))))
+    queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
+    return scheduled["returning"], getattr(queue, "duplicates_released", None)
+
+
+def test_a_duplicate_block_is_handed_out_before_distinct_content():
+    """vLLM's queue evicts its LRU front (distinct content) while a duplicate stays free;
+    ours hands the duplicate out first and keeps every distinct block."""
+    assert _returning_prompt_computed_tokens(None) == (32, None)  # lost its 2nd block
+    assert _returning_prompt_computed_tokens(Pipeline(eviction=LRU())) == (16, 1)
+
+
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

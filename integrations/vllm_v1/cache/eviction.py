@@ -28,7 +28,10 @@ Translation (vLLM call -> order):
 
 Keys are block hashes, so the order's use counts follow content, not slots.
 
-Differences from vLLM's queue: a hash-less block given to ``append`` (vLLM's
+Differences from vLLM's queue: a duplicate (a second free block holding a hash
+another block holds) goes to the front, where vLLM keeps it at the back in LRU
+position, so the queue never drops distinct cached content while a duplicate is
+free (counted in ``duplicates_released``); a hash-less block given to ``append`` (vLLM's
 ``unpin_blocks``, used by KV offloading) goes to the front like any other
 uncached block rather than to the back; ``iter_blocks_after`` (used by the
 simple CPU offloading manager) walks the whole order, O(free blocks) per call.
@@ -80,6 +83,8 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         # Not calling super().__init__: it would link the blocks into its own list.
         self.order = order
         self.num_free_blocks = 0
+        self.duplicates_released = 0
+        """Cached blocks released as uncached because another block holds their hash."""
         self._free: dict[Hashable, KVCacheBlock] = {}
         """Order key -> free block."""
         self._key_of: dict[int, Hashable] = {}
@@ -183,6 +188,7 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
     def _release(self, block: KVCacheBlock, parent: KVCacheBlock | None) -> None:
         key = self._claim(block) if block.block_hash is not None else None
         if key is None:
+            self.duplicates_released += block.block_hash is not None
             self.prepend_n([block])
             return
         parent_key = self._claim(parent) if parent is not None else None
