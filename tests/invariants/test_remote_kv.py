@@ -142,3 +142,29 @@ def test_invalid_blocks_of_a_synchronous_load_are_recomputed_or_fail(case, is_as
     expected = FinishReason.LENGTH if policy == "recompute" else FinishReason.ERROR
     assert _finished_by(driver, SYNC) == expected
     assert _finished_by(driver, "local") == FinishReason.LENGTH
+
+
+def test_a_request_reset_preempts_restarts_into_a_remote_load_in_the_next_step(case, is_async):
+    """What the stateful machine found (stock vLLM does the same): ``reset_prefix_cache``
+    preempts a running ``remote-`` request whose prefix was a local hit when it started (so
+    the connector had nothing to offer); the next schedule restarts it at once, finds the
+    cache empty, and the connector's offer sends it straight to ``WAITING_FOR_REMOTE_KVS``
+    in the step whose ``preempted_req_ids`` names it, holding the blocks it loads into."""
+    driver = Driver.of(case, is_async=is_async, connector="recompute")
+    driver.add("warm", prompt(1, PROMPT, salt=1), 2, tenant="t0")
+    driver.run()
+    remote = driver.add(REMOTE, prompt(1, PROMPT, salt=2), 8, tenant="t0")
+    step = driver.step()
+    assert step.scheduler_output.num_scheduled_tokens[REMOTE] == PROMPT - LOADED  # local hit
+    assert not driver.connector.loading
+    assert driver.scheduler.reset_prefix_cache(reset_running_requests=True)
+    assert remote.status == RequestStatus.PREEMPTED
+    step = driver.step()  # the driver checks this step's preemption bookkeeping
+    assert REMOTE in step.scheduler_output.preempted_req_ids
+    assert REMOTE not in step.scheduler_output.num_scheduled_tokens
+    assert remote.status == RequestStatus.WAITING_FOR_REMOTE_KVS
+    assert remote in list(driver.scheduler.kv_holding_waiting)
+    assert len(blocks_of(driver.scheduler, REMOTE)) == LOADED // 16
+    driver.run()
+    assert_drained(driver.scheduler)
+    assert _finished_by(driver, REMOTE) == FinishReason.LENGTH

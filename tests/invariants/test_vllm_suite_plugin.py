@@ -41,3 +41,21 @@ def test_the_hub_ids_of_vllms_tests_resolve_to_local_configs(model, tmp_path):
     assert config.max_model_len == 2048
     assert config.hf_config.model_type == "opt"
     assert plugin._local_model("llava-hf/llava-1.5-7b-hf", tmp_path) == "llava-hf/llava-1.5-7b-hf"
+
+
+def test_only_failures_the_design_explains_are_set_aside():
+    from tests.invariants.run_vllm_scheduler_tests import REFUSED, compare, explain
+
+    order = "test_scheduler::test_schedule_order[True]"
+    assert explain("qos", order, "assert 3 == 2") is not None  # ranks short prompts first
+    assert explain("wfq", order, "assert 3 == 2") is None  # FCFS within a tenant: a bug
+    assert explain("identity", "test_scheduler::test_priority_scheduling_basic_ordering",
+                   f"ValueError: {REFUSED} ...") is not None
+    assert explain("identity", "test_scheduler::test_preempt_during_execution", "x") is None
+    assert explain("pd-decode", "test_scheduler::test_preempt_during_execution", "x")
+    summary = compare({
+        "stock": {order: ("pass", ""), "a::b": ("pass", ""), "a::c": ("fail", "hub")},
+        "wfq": {order: ("fail", "assert 3 == 2"), "a::b": ("pass", ""), "a::c": ("pass", "")},
+    })
+    assert summary["wfq"]["unexplained"] == {order: "assert 3 == 2"}
+    assert summary["wfq"]["pass_where_stock_fails"] == ["a::c"]
