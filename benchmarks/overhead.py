@@ -11,7 +11,8 @@ waits for a core. Writes ``OUT/summary.json``:
                   "stock_median_us", "pipeline_median_us", ...}]}
 
 ``--churn`` replaces the steady decode batch with one that turns over: every request has a
-short answer (16 to 63 tokens), so some finish and waiting ones start at every step; prompts
+short answer (16 to 63 tokens), so some finish and waiting ones start at every step (each
+finished request is replaced by a new one, so the queue keeps its length); prompts
 open with one of `CHURN_PREFIXES` shared prefixes; and the cache holds only `CHURN_BLOCKS_PER_SEQ`
 blocks per running sequence, so freed blocks are cached, hit and evicted all the time. The
 eviction order then runs on every block vLLM frees, touches or takes, and since frees happen
@@ -39,6 +40,9 @@ PROMPT_TOKENS = 64
 CHURN_PREFIXES = 16
 """``--churn``: prompts open with one of this many shared 48-token prefixes."""
 CHURN_BLOCKS_PER_SEQ = 8
+CHURN_TIMED_IDS = 10**6
+"""``--churn``: requests added during the timed steps are numbered from here (past the
+warm-up's), one per finished request, so the queue keeps its length."""
 """``--churn``: KV blocks per running sequence (a 64-token prompt and its answer take 5-8)."""
 
 
@@ -53,12 +57,19 @@ def _churn_harness(pipeline_name: str | None, running: int, waiting: int) -> Sch
     harness = SchedulerHarness.build(preset(pipeline_name, TENANT_WEIGHTS) if pipeline_name else None,
                                      shape=shape)
     for i in range(running + waiting):
-        harness.add_request(f"req-{i}", _churn_prompt(i), 16 + i % 48, priority=i % 5 - 2)
-        harness.clock.advance(0.0001)
+        _add_churn_request(harness, i)
+    added = running + waiting
     for _ in range(64):  # into the steady state: requests finishing and starting every step
-        harness.complete(harness.scheduler.schedule())
+        for _ in harness.complete(harness.scheduler.schedule()).finished_request_ids:
+            _add_churn_request(harness, added)
+            added += 1
         harness.clock.advance(0.01)
     return harness
+
+
+def _add_churn_request(harness: SchedulerHarness, i: int) -> None:
+    harness.add_request(f"req-{i}", _churn_prompt(i), 16 + i % 48, priority=i % 5 - 2)
+    harness.clock.advance(0.0001)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -98,15 +109,20 @@ def measure(pipeline_name: str, running: int, waiting: int, iterations: int,
     stock = build(None, running, waiting)
     ours = build(pipeline_name, running, waiting)
     timings: dict[str, list[float]] = {"stock": [], "pipeline": []}
+    added = {"stock": CHURN_TIMED_IDS, "pipeline": CHURN_TIMED_IDS}
     for i in range(iterations):
         pair = [("stock", stock), ("pipeline", ours)]
         for name, harness in pair if i % 2 == 0 else reversed(pair):
             start = timer()
             output = harness.scheduler.schedule()
             if churn:
-                harness.complete(output)
+                step = harness.complete(output)
             timings[name].append(timer() - start)
-            if not churn:
+            if churn:  # keep the queue as long as it was: one new request per finished one
+                for _ in step.finished_request_ids:
+                    _add_churn_request(harness, added[name])
+                    added[name] += 1
+            else:
                 harness.complete(output)
             harness.clock.advance(0.01)
     stock_median = statistics.median(timings["stock"])
