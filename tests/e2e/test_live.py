@@ -119,7 +119,10 @@ def test_a_tiny_live_run_conserves_every_request_and_calibrates(tmp_path):
     summary = run_validation(tmp_path, scale=scale, model=str(tiny_model_dir("dummy")),
                              systems=("pipeline+fixes",))
     steps = read_step_log(tmp_path / "step_logs" / "pipeline+fixes.jsonl")
-    assert sum(e["event"] == "add" for e in steps) >= summary["config"]["requests"]
+    phases = [p["systems"]["pipeline+fixes"] for p in summary["phases"]]
+    # every completed request reached the engine; a client may cancel one before it does
+    assert (sum(m["completed"] for m in phases) <= sum(e["event"] == "add" for e in steps)
+            <= summary["config"]["requests"])
     assert summary["calibration"]["samples"] == sum(
         e["event"] == "step" and e["duration_s"] > 0 for e in steps) > 0
     assert json.loads((tmp_path / "cost_model.json").read_text()) == (
@@ -129,7 +132,6 @@ def test_a_tiny_live_run_conserves_every_request_and_calibrates(tmp_path):
     assert [p["name"] for p in summary["phases"]] == [p.name for p in PHASES]
     offered = len(business_workload(phase_s=scale.phase_s, rate_scale=scale.rate_scale)
                   .trace.requests)
-    phases = [p["systems"]["pipeline+fixes"] for p in summary["phases"]]
     assert sum(m["offered"] for m in phases) == offered == summary["config"]["requests"]
     for m in phases:
         assert m["completed"] + m["rejected"] + m["cancelled"] == m["offered"]
