@@ -3,7 +3,8 @@
 Starts a local Ray cluster of ``--nodes`` nodes (`LocalCluster`), deploys ``--replicas``
 vLLM engine replicas running a pipeline behind the OpenAI ingress with our request
 router (``--pd``: one prefill and one decode replica instead), sends a few requests
-whose prompts share prefixes, prints where each one landed (replica, node, prefill
+whose prompts share prefixes (``--rounds`` rounds, the families of a round at once, so
+the router spreads them), prints where each one landed (replica, node, prefill
 replica), the router's decisions, and shuts everything down. Uses the embedded tiny
 model with random weights (no download).
 """
@@ -15,6 +16,7 @@ import json
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 from integrations.ray_serve import cluster as _cluster  # noqa: F401 - first: before Ray
 
@@ -52,6 +54,14 @@ def _post(url: str, body: dict, timeout_s: float = 120.0) -> tuple[dict, dict, f
             choices = event.get("choices") or [{}]
             text += choices[0].get("text") or choices[0].get("delta", {}).get("content") or ""
         return {"text": text}, headers, first or 0.0
+
+
+def _attempt(url: str, body: dict) -> tuple[dict, dict, float, OSError | None]:
+    """`_post` to ``url``'s completions; the error instead of raising it."""
+    try:
+        return (*_post(f"{url}/v1/completions", body), None)
+    except OSError as error:
+        return {}, {}, 0.0, error
 
 
 def requests_for(model: str, rounds: int) -> list[tuple[str, dict]]:
@@ -94,18 +104,24 @@ def main(argv: list[str] | None = None) -> int:
         nodes = {node: f"node{i}" for i, node in enumerate(cluster.node_ids())}
         print(f"{'#':>2}  {'family':8} {'stream':6} {'replica':10} {'node':6} "
               f"{'prefill':10} {'TTFT ms':>8}  text")
-        for i, (family, body) in enumerate(requests_for(model, args.rounds)):
-            try:
-                answer, headers, ttft_s = _post(f"{cluster.url}/v1/completions", body)
-            except OSError as error:
-                failures += 1
-                print(f"{i:>2}  {family:8} failed: {error}")
-                continue
-            text = answer.get("text") or answer["choices"][0]["text"]
-            print(f"{i:>2}  {family:8} {str(body['stream']):6} "
-                  f"{headers.get('x-served-by', '?'):10} "
-                  f"{nodes.get(headers.get('x-served-on-node', ''), '?'):6} "
-                  f"{headers.get('x-prefilled-by', '-'):10} {ttft_s * 1000:8.0f}  {text!r:.40}")
+        planned = requests_for(model, args.rounds)
+        rounds = [planned[at:at + len(_FAMILIES)] for at in range(0, len(planned), len(_FAMILIES))]
+        with ThreadPoolExecutor(len(_FAMILIES)) as pool:
+            for round_index, batch in enumerate(rounds):  # a round's families at once
+                answers = list(pool.map(lambda item: _attempt(cluster.url, item[1]), batch))
+                for j, ((family, body), (answer, headers, ttft_s, error)) in enumerate(
+                        zip(batch, answers, strict=True)):
+                    i = round_index * len(_FAMILIES) + j
+                    if error is not None:
+                        failures += 1
+                        print(f"{i:>2}  {family:8} failed: {error}")
+                        continue
+                    text = answer.get("text") or answer["choices"][0]["text"]
+                    print(f"{i:>2}  {family:8} {str(body['stream']):6} "
+                          f"{headers.get('x-served-by', '?'):10} "
+                          f"{nodes.get(headers.get('x-served-on-node', ''), '?'):6} "
+                          f"{headers.get('x-prefilled-by', '-'):10} {ttft_s * 1000:8.0f}  "
+                          f"{text!r:.40}")
         with urllib.request.urlopen(f"{cluster.url}/metrics", timeout=30) as page:
             decisions = [line for line in page.read().decode().splitlines()
                          if line.startswith("policies:router_decisions_total")

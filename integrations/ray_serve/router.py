@@ -11,8 +11,10 @@ with one replica, the `PDRouter`'s choice, then the rest by load:
   router's prefix index, which remembers where each prompt went.
 - **Load**: each replica's ``record_routing_stats`` (queued prefill tokens, running
   requests, KV usage; pulled by the Serve controller every
-  ``request_routing_stats_period_s``), plus the requests this router sent it since
-  those stats were taken, feed `PDRouter`'s bounded-load rule.
+  ``request_routing_stats_period_s``), plus the requests this router chose it for since
+  those stats were taken, feed `PDRouter`'s bounded-load rule. A request counts from the
+  moment it is decided, not once Ray has dispatched it: requests arriving together then
+  see each other (otherwise all of them see the same idle pool and pick one replica).
 - **Failover**: a replica that left Ray Serve's candidate set (dead, draining) is marked
   down, so it is never chosen while another is up; prompts whose longest prefix it held
   spill over (counted as failovers). Its replacement takes its slot with an empty index
@@ -120,8 +122,10 @@ class PDRequestRouter(RequestRouter):
             name = replica.replica_id.unique_id
             stats = replica.routing_stats or {}
             taken_at = float(stats.get("time_s", 0.0))
-            unseen = [tokens for sent, tokens in self._inflight.get(name, {}).values()
-                      if sent >= taken_at]
+            inflight = self._inflight.get(name, {})
+            for stale in [rid for rid, (sent, _) in inflight.items() if sent < taken_at]:
+                del inflight[stale]  # in the stats now (or never dispatched: forgotten)
+            unseen = [tokens for _sent, tokens in inflight.values()]
             loads[self._slots[name]] = replica_load(stats, len(unseen), sum(unseen))
         return loads
 
@@ -159,6 +163,8 @@ class PDRequestRouter(RequestRouter):
             self._pending[request_id] = (chosen, hint)
             while len(self._pending) > _MAX_REMEMBERED:
                 self._pending.popitem(last=False)
+            self._inflight.setdefault(chosen, {})[request_id] = (time.time(),
+                                                                 hint.prompt_tokens)
         return chosen
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
@@ -168,11 +174,13 @@ class PDRequestRouter(RequestRouter):
         request_id = pending_request.metadata.internal_request_id
         chosen, hint = self._pending.pop(request_id, (None, routing_hint(pending_request)))
         name = replica_id.unique_id
+        decided = self._inflight.get(chosen, {}).pop(request_id, None) if chosen else None
         if chosen is not None and chosen != name:
             metrics.ROUTER_DECISIONS.labels(self._label, "fallback").inc()
             if name in self._slots:
                 self._router.index.insert((self._slots[name],), hint.block_keys)
-        self._inflight.setdefault(name, {})[request_id] = (time.time(), hint.prompt_tokens)
+        self._inflight.setdefault(name, {})[request_id] = decided or (time.time(),
+                                                                      hint.prompt_tokens)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         """The request ended (any outcome): no longer in flight."""

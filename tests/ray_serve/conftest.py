@@ -1,6 +1,8 @@
 """One local multi-node Ray cluster for every Ray Serve test, with two apps deployed on it.
 
-Session-scoped (a cluster takes ~20-60 s to come up, an app's engines as long again):
+Shared by every test here (a cluster takes ~20-60 s to come up, an app's engines as long
+again); the cluster and apps are package-scoped, so they stop (engines, raylets, memory) once
+the last Ray Serve test ran rather than at the end of a whole-suite run:
 
 * ``reference``: greedy outputs of one plain vLLM engine for `PROMPTS` (computed first,
   and the engine freed, before Ray starts);
@@ -71,7 +73,7 @@ def reference(model_dir):
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(reference):
     """A 2-node Ray cluster with Serve on 127.0.0.1 (after the reference engine is gone)."""
     from integrations.ray_serve.cluster import LocalCluster
@@ -80,7 +82,7 @@ def cluster(reference):
         yield local
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def apps(cluster, model_dir, tmp_path_factory):
     """Base URLs and configs of the ``colocated`` and ``pd`` apps, deployed together."""
     from ray import serve
