@@ -58,13 +58,15 @@ $(VLLM_033)/vllm/__init__.py: $(STAMP)
 	unzip -q -o .cache/wheels/vllm-0.33.0-*.whl 'vllm/*.py' -d $(VLLM_033)
 	touch $@
 
-# The pure `policies` tests on every other supported Python (no vLLM, no torch there).
+# The pure `policies` tests on every other supported Python (no vLLM, no torch there): the
+# pyenv interpreter of that version if there is one, else pythonX.Y on PATH.
 PURE_PYTHONS ?= 3.12 3.13
 PURE_TESTS := tests/policies tests/cache/test_eviction_policy.py tests/cache/test_kv_tier_policy.py \
 	tests/pd/test_pd_router.py tests/speculative/test_automaton.py tests/speculative/test_drafter.py
 pure-tests:
 	for v in $(PURE_PYTHONS); do \
-		py=$$(command -v python$$v || echo $$(pyenv prefix $$v 2>/dev/null)/bin/python); \
+		py=$$(pyenv prefix $$v 2>/dev/null)/bin/python; \
+		$$py -c '' 2>/dev/null || py=python$$v; \
 		test -x .venv-py$$v/bin/python || $$py -m venv .venv-py$$v || exit 1; \
 		.venv-py$$v/bin/pip install -q -e '.[test]' || exit 1; \
 		.venv-py$$v/bin/python -m pytest -q -p no:cacheprovider $(PURE_TESTS) || exit 1; \
