@@ -39,6 +39,12 @@ replay-demo: $(STAMP)
 ray-demo: $(STAMP)
 	$(PY) -m integrations.ray_serve.demo --port $(PORT)
 
+# The same with prefill/decode disaggregation: a prefill and a decode replica (pd-decode role
+# pipeline) sharing KV through vLLM's ExampleConnector, our router choosing both.
+.PHONY: ray-demo-pd
+ray-demo-pd: $(STAMP)
+	$(PY) -m integrations.ray_serve.demo --pd --port $(PORT)
+
 test: lint pytest pure-tests notebooks docs-build
 
 lint: $(STAMP)
