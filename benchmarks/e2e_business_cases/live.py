@@ -184,9 +184,13 @@ def served_model(server: LocalServer) -> str:
         return json.load(response)["data"][0]["id"]
 
 
+WARM_UP_PROMPT = (5, 6, 7)
+"""The prompt of the one request `_warm_up` sends before the timed ones (it is in step logs)."""
+
+
 def _warm_up(server: LocalServer, model: str) -> None:
     """One small request, so that the first timed request does not pay for lazy setup."""
-    body = json.dumps({"model": model, "prompt": [5, 6, 7], "max_tokens": 2}).encode()
+    body = json.dumps({"model": model, "prompt": list(WARM_UP_PROMPT), "max_tokens": 2}).encode()
     request = urllib.request.Request(f"{server.url}/v1/completions", data=body,
                                      headers={"content-type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
