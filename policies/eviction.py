@@ -460,9 +460,13 @@ class SegmentedLRU(LRU):
             return Segment.PROTECTED
         return Segment.PROBATION
 
+    def _protected_limit(self) -> int:
+        """The most keys the protected segment may hold; the rest are demoted."""
+        return max(1, int(self.protected_fraction * len(self)))
+
     def _after_release(self) -> None:
         protected = self._segments[Segment.PROTECTED]
-        limit = max(1, int(self.protected_fraction * len(self)))
+        limit = self._protected_limit()
         while len(protected) > limit:
             key, _ = protected.popitem(last=False)
             entry = self._entries[key]

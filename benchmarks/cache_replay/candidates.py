@@ -71,15 +71,8 @@ class AdaptiveSegmentedLRU(SegmentedLRU):
                 ghosts.popitem(last=False)
         return key
 
-    def _after_release(self) -> None:
-        protected = self._segments[Segment.PROTECTED]
-        limit = max(1, int(len(self) - self._target))
-        while len(protected) > limit:
-            key, _ = protected.popitem(last=False)
-            entry = self._entries[key]
-            entry.uses //= 2
-            self._put(key, entry, Segment.PROBATION)
-            self._counts["demotions"] += 1
+    def _protected_limit(self) -> int:
+        return max(1, int(len(self) - self._target))
 
 
 @attrs.define(eq=False, slots=True)

@@ -16,6 +16,7 @@ from benchmarks.cache_replay.simulate import replay_order
 from benchmarks.replay.datasets import load_trace
 from integrations.vllm_v1.config.presets import preset
 from policies import EvictionOrder
+from tests.helpers.eviction import assert_misuse_raises_precise_errors
 
 CANDIDATES = {"arc": AdaptiveSegmentedLRU, "lecar": LeCaR,
               "lecar-crlfu": lambda: LeCaR(churn_resistant=True), "density": ReuseDensity}
@@ -36,15 +37,7 @@ def test_candidates_implement_the_protocol_and_are_runnable_by_name(name):
 @pytest.mark.parametrize("name", CANDIDATES)
 def test_candidates_misuse_raises_precise_errors(name):
     order = CANDIDATES[name]()
-    with pytest.raises(IndexError, match="empty eviction order"):
-        order.evict()
-    with pytest.raises(KeyError, match="not evictable"):
-        order.acquire("a")
-    order.release("a")
-    with pytest.raises(ValueError, match="'a' is already evictable"):
-        order.release("a")
-    with pytest.raises(ValueError, match="'a' is already evictable"):
-        order.release_uncached("a")
+    assert_misuse_raises_precise_errors(order)
 
 
 @pytest.mark.parametrize("name", CANDIDATES)

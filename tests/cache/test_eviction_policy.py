@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from policies import LRU, EvictionOrder, EvictionStats, Segment, SegmentedLRU
+from tests.helpers.eviction import assert_misuse_raises_precise_errors
 
 
 def release_chain(order, chain):
@@ -34,15 +35,7 @@ def test_rejects_bad_configuration(kwargs, message):
 @pytest.mark.parametrize("cls", [LRU, SegmentedLRU])
 def test_misuse_raises_precise_errors(cls):
     order = cls()
-    with pytest.raises(IndexError, match="empty eviction order"):
-        order.evict()
-    with pytest.raises(KeyError, match="not evictable"):
-        order.acquire("a")
-    order.release("a")
-    with pytest.raises(ValueError, match="'a' is already evictable"):
-        order.release("a")
-    with pytest.raises(ValueError, match="'a' is already evictable"):
-        order.release_uncached("a")
+    assert_misuse_raises_precise_errors(order)
 
 
 def test_lru_evicts_in_release_order_with_uncached_blocks_first():
