@@ -1,7 +1,8 @@
 """Scheduling metadata a client attaches to a request, validated.
 
 Clients send ``priority`` (OpenAI body field or ``X-Vllm-Priority`` header) and
-``vllm_xargs`` keys ``tenant``, ``slo_class`` and ``deadline_ms``. Both the HTTP
+``vllm_xargs`` keys ``tenant``, ``slo_class``, ``deadline_ms`` and ``session_id`` (the agent
+session a call belongs to; vLLM's own ``session_id`` field, where a route sets it, wins). Both the HTTP
 layer (to answer 400) and the engine (to build views) parse them here, so the
 two can never disagree.
 """
@@ -20,7 +21,7 @@ from policies.views import DEFAULT_TENANT
 PRIORITY_MIN = -20
 PRIORITY_MAX = 20
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-METADATA_KEYS = ("tenant", "slo_class", "deadline_ms")
+METADATA_KEYS = ("tenant", "slo_class", "deadline_ms", "session_id")
 
 
 @attrs.frozen(kw_only=True)
@@ -32,6 +33,9 @@ class RequestMetadata:
     slo_class: str | None = None
     deadline_ms: float | None = None
     """Time budget from arrival to completion, in milliseconds."""
+    session_id: str | None = None
+    """The agent session (conversation) the request is one call of: a hint for policies
+    that keep a session's context cached or routed together."""
 
 
 def _name(key: str, value: object) -> str:
@@ -69,7 +73,7 @@ def parse_request_metadata(
 ) -> RequestMetadata:
     """Validate a request's priority and ``vllm_xargs``.
 
-    Keys other than ``tenant``, ``slo_class`` and ``deadline_ms`` are left for
+    Keys other than ``tenant``, ``slo_class``, ``deadline_ms`` and ``session_id`` are left for
     other consumers and ignored here.
 
     Raises:
@@ -81,4 +85,5 @@ def parse_request_metadata(
         tenant=_name("tenant", args["tenant"]) if "tenant" in args else DEFAULT_TENANT,
         slo_class=_name("slo_class", args["slo_class"]) if "slo_class" in args else None,
         deadline_ms=_deadline_ms(args["deadline_ms"]) if "deadline_ms" in args else None,
+        session_id=_name("session_id", args["session_id"]) if "session_id" in args else None,
     )

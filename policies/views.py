@@ -33,7 +33,9 @@ class RequestView:
     num_preemptions: int = attrs.field(default=0, validator=_non_negative)
     cached_tokens: int = attrs.field(default=0, validator=_non_negative)
     """Prompt tokens found in the prefix cache when the request was admitted; looked up
-    only for rankings that use it (`CacheAwareRanker`), else 0."""
+    only for policies that use it (`CacheAwareRanker`, `SLOAdmission`), else 0."""
+    session_id: str | None = None
+    """The agent session the request is one call of (a hint; None when the client sent none)."""
 
 
 @attrs.frozen(kw_only=True)

@@ -54,6 +54,7 @@ BUILTIN_TRACES: Mapping[str, tuple[str, str]] = MappingProxyType(
 
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
+MOONCAKE_OPTIONAL_KEYS = ("session_id",)
 MOONCAKE_BLOCK_SIZE = 512
 SERVEGEN_TARBALL = DATA_DIR / "servegen" / "servegen_deepseek-r1_and_m-small.tar.gz"
 _SERVEGEN_CLIENT = re.compile(r"data/language/(m-small)/chunk-(\d+)-trace\.csv")
@@ -159,7 +160,9 @@ def load_mooncake_jsonl(path: str | os.PathLike[str], *, name: str | None = None
 
     ``timestamp`` (ms), ``input_length``, ``output_length`` and ``hash_ids``
     become ``arrival_s``, ``prompt_tokens``, ``output_tokens`` and
-    ``block_hashes``, with ``block_size`` 512; request ids are line indices.
+    ``block_hashes``, with ``block_size`` 512; request ids are line indices. An optional
+    ``session_id`` (a non-empty string, the same for every call of one agent session) is
+    kept as the request's session hint.
 
     Raises:
         TraceFormatError: on a bad line, naming the file and line.
@@ -180,7 +183,7 @@ def _mooncake_record(text: str) -> tuple[float, dict[str, Any]]:
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     for key in obj:
-        if key not in MOONCAKE_KEYS:
+        if key not in MOONCAKE_KEYS and key not in MOONCAKE_OPTIONAL_KEYS:
             raise ValueError(f"unknown key {key!r}")
     for key in MOONCAKE_KEYS:
         if key not in obj:
@@ -192,11 +195,17 @@ def _mooncake_record(text: str) -> tuple[float, dict[str, Any]]:
         raise ValueError(f"timestamp must be finite, got {timestamp!r}")
     if not isinstance(obj["hash_ids"], list):
         raise ValueError(f"hash_ids must be a list of integers, got {obj['hash_ids']!r}")
-    return timestamp / 1000, {
+    fields = {
         "prompt_tokens": _positive_int(obj["input_length"], "input_length"),
         "output_tokens": _positive_int(obj["output_length"], "output_length"),
         "block_hashes": obj["hash_ids"],
     }
+    if "session_id" in obj:
+        session = obj["session_id"]
+        if not isinstance(session, str) or not session:
+            raise ValueError(f"session_id must be a non-empty string, got {session!r}")
+        fields["session_id"] = session
+    return timestamp / 1000, fields
 
 
 def _stem(path: str | os.PathLike[str]) -> str:
@@ -333,7 +342,8 @@ def assign_servegen_tenants(trace: Trace, *, num_tenants: int = 7, seed: int = 0
 
     The ``num_tenants`` ServeGen clients with the highest mean rate
     (`servegen_client_rates`) become tenants ``t0`` (busiest) to
-    ``t{num_tenants-1}``; each request independently gets tenant ``ti`` with
+    ``t{num_tenants-1}``; each request (each agent session: all calls with one
+    ``session_id`` share the draw of its first call) independently gets tenant ``ti`` with
     probability proportional to client i's mean rate, drawn in arrival order
     from ``random.Random(seed)``. Existing tenants are overwritten; the result
     depends only on the trace, ``num_tenants`` and ``seed``.
@@ -347,7 +357,11 @@ def assign_servegen_tenants(trace: Trace, *, num_tenants: int = 7, seed: int = 0
         raise ValueError(f"num_tenants must be between 1 and {len(rates)}, got {num_tenants!r}")
     names = [f"t{i}" for i in range(num_tenants)]
     rng = random.Random(seed)
-    tenants = rng.choices(names, weights=rates[:num_tenants], k=len(trace.requests))
+    draws = iter(rng.choices(names, weights=rates[:num_tenants], k=len(trace.requests)))
+    by_session: dict[str, str] = {}
+    tenants = [next(draws) if request.session_id is None
+               else by_session.setdefault(request.session_id, next(draws))
+               for request in trace.requests]
     return attrs.evolve(
         trace,
         requests=tuple(

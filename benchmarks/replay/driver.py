@@ -137,7 +137,7 @@ class _Replay:
         self.harness.add_request(
             request.request_id, prompt_token_ids(request, index, self.trace.block_size),
             max_tokens, priority=request.priority, extra_args=extra or None,
-            arrival_s=request.arrival_s)
+            arrival_s=request.arrival_s, session_id=request.session_id)
         if request.cancel_after_s is not None:
             heapq.heappush(self._cancels, (request.arrival_s + request.cancel_after_s,
                                            request.request_id))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from benchmarks.replay.agent_sessions import PROFILES, agent_trace
 from benchmarks.replay.datasets import BUILTIN_TRACES, load_trace
 from benchmarks.replay.enterprise import enterprise_trace
 from benchmarks.replay.trace import Trace
@@ -21,13 +22,19 @@ TENANT_WEIGHTS = {
 }
 """Gold 4, Silver 2, Bronze 1 for the tenants of the built-in workloads; others weigh 1."""
 
-WORKLOADS = (*BUILTIN_TRACES, "enterprise")
+AGENT_WORKLOADS = {f"agent-{name}": name for name in PROFILES}
+"""Generated agent-session workloads (`benchmarks.replay.agent_sessions`), seed 0, 3,000 calls
+unless ``max_requests`` says otherwise."""
+WORKLOADS = (*BUILTIN_TRACES, "enterprise", *AGENT_WORKLOADS)
 """Names `load_workload` accepts besides file paths."""
 
 
 def load_workload(name_or_path: str | os.PathLike[str], *, format: str = "auto",
                   max_requests: int | None = None) -> Trace:
-    """A built-in trace, the synthetic ``enterprise`` workload, or a trace file (`load_trace`)."""
+    """A built-in trace, the synthetic ``enterprise`` workload, a generated agent-session
+    workload (``agent-swe``, ``agent-bfcl``), or a trace file (`load_trace`)."""
+    if name_or_path in AGENT_WORKLOADS:
+        return agent_trace(AGENT_WORKLOADS[name_or_path], num_requests=max_requests or 3000)
     if name_or_path == "enterprise":
         trace = enterprise_trace()
         return trace if max_requests is None else trace.head(max_requests)

@@ -207,8 +207,9 @@ class SchedulerHarness:
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int], max_tokens: int, *,
                     priority: int = 0, extra_args: dict | None = None,
-                    arrival_s: float | None = None) -> Request:
-        """Submit a request that arrives now (or at ``arrival_s``) and runs ``max_tokens`` steps."""
+                    arrival_s: float | None = None, session_id: str | None = None) -> Request:
+        """Submit a request that arrives now (or at ``arrival_s``) and runs ``max_tokens`` steps
+        (``session_id``: vLLM's session field, the agent session it is a call of)."""
         params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra_args)
         request = Request(
             request_id=request_id,
@@ -218,6 +219,7 @@ class SchedulerHarness:
             arrival_time=self.clock.now() if arrival_s is None else arrival_s,
             priority=priority,
             block_hasher=self._block_hasher,
+            session_id=session_id,
         )
         self.scheduler.add_request(request)
         return request

@@ -38,4 +38,5 @@ def request_view(request: Request, metadata: RequestMetadata,
         deadline_s=deadline_s,
         num_preemptions=request.num_preemptions,
         cached_tokens=cached_tokens,
+        session_id=request.session_id or metadata.session_id,
     )
