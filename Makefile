@@ -67,8 +67,7 @@ $(VLLM_033)/vllm/__init__.py: $(STAMP)
 # The pure `policies` tests on every other supported Python (no vLLM, no torch there): the
 # pyenv interpreter of that version if there is one, else pythonX.Y on PATH.
 PURE_PYTHONS ?= 3.12 3.13
-PURE_TESTS := tests/policies tests/cache/test_eviction_policy.py tests/cache/test_kv_tier_policy.py \
-	tests/pd/test_pd_router.py tests/speculative/test_automaton.py tests/speculative/test_drafter.py
+PURE_TESTS := tests/policies
 pure-tests:
 	for v in $(PURE_PYTHONS); do \
 		py=$$(pyenv prefix $$v 2>/dev/null)/bin/python; \

@@ -161,6 +161,6 @@ assert third.decode != second.decode and third.decode_reason.value == "spillover
 # ```
 #
 # Three tiny engines take 35–60 s to become healthy on 2 CPU cores, so this notebook does not
-# start them; the same path runs in the engine tests (`tests/pd/test_pd_engine.py`). From
+# start them; the same path runs in the engine tests (`tests/vllm_v1/pd/test_pd_engine.py`). From
 # the command line, `python -m benchmarks.pd_replay --trace mooncake-conv --scheduling stock,pd
 # --out out/pd` runs the full comparison (see the *PD disaggregation* page).

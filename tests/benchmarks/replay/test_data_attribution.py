@@ -6,7 +6,7 @@ import pytest
 
 from benchmarks.replay.datasets import BUILTIN_TRACES, DATA_DIR
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_TRACES))

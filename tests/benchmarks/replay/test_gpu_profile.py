@@ -14,7 +14,7 @@ from benchmarks.replay.calibrate import (
 from benchmarks.replay.cost_model import StepCostModel
 from integrations.vllm_v1.instruments.step_log import read_step_log
 
-H200 = Path(__file__).parents[2] / "benchmarks" / "gpu" / "results" / "h200"
+H200 = Path(__file__).parents[3] / "benchmarks" / "gpu" / "results" / "h200"
 
 
 def test_cpu_smoke_run_writes_a_step_log_calibration_reads(tmp_path):
