@@ -20,7 +20,8 @@ from policies.views import DEFAULT_TENANT
 
 PRIORITY_MIN = -20
 PRIORITY_MAX = 20
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+"""Names match it whole (`re.fullmatch`: no trailing newline slips through a `$`)."""
 METADATA_KEYS = ("tenant", "slo_class", "deadline_ms", "session_id")
 
 
@@ -39,7 +40,7 @@ class RequestMetadata:
 
 
 def _name(key: str, value: object) -> str:
-    if not isinstance(value, str) or not NAME_PATTERN.match(value):
+    if not isinstance(value, str) or not NAME_PATTERN.fullmatch(value):
         raise InvalidRequestMetadata(
             f"vllm_xargs.{key} must be a string of 1-128 letters, digits or '_.:-' "
             f"starting with a letter or digit, got {value!r}"

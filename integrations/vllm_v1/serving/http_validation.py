@@ -45,6 +45,7 @@ from integrations.vllm_v1.serving.rejection_channel import TICKET_KEY
 from integrations.vllm_v1.serving.routes import EngineRoute, RouteTable
 from integrations.vllm_v1.serving.tenants import Identity, Refusal, TenantBinding
 from policies import InvalidRequestMetadata, parse_request_metadata
+from policies.views import DEFAULT_TENANT
 
 SCOPE_KEY = "llm_serving_policies"
 """The ASGI scope key under which the middlewares share a request's state (its ticket)."""
@@ -85,7 +86,10 @@ def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: En
         except ValueError:
             return Checked(status=400, message="X-Vllm-Priority must be an integer, got "
                                                f"{values[0]!r}")
-    extra_args = payload.get("vllm_xargs") if route.reads_xargs else None
+    holder = _xargs_holder(payload, route)
+    if holder is None:
+        return Checked()  # vLLM's schema answers this one
+    extra_args = holder.get(route.xargs_path[-1]) if route.reads_xargs else None
     if extra_args is not None and not isinstance(extra_args, dict):
         return Checked()  # vLLM's schema answers this one
     try:
@@ -98,6 +102,10 @@ def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: En
                                     (extra_args or {}).get("slo_class"))
         if refusal is not None:
             return Checked(status=refusal.status, message=refusal.message)
+        if not route.reads_xargs and identity.tenant != DEFAULT_TENANT:
+            return Checked(status=403, message=f"{route.path} cannot carry a tenant to the "
+                                               f"scheduler, so tenant {identity.tenant!r} "
+                                               "cannot be served on it")
     if not route.reads_xargs or (identity is None and ticket is None):
         return Checked()
     xargs = {k: v for k, v in (extra_args or {}).items() if k != TICKET_KEY}
@@ -105,7 +113,25 @@ def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: En
         xargs["tenant"] = identity.tenant
     if ticket is not None:
         xargs[TICKET_KEY] = ticket
-    return Checked(payload={**payload, "vllm_xargs": xargs})
+    return Checked(payload=_with_xargs(payload, route.xargs_path, xargs))
+
+
+def _xargs_holder(payload: dict[str, Any], route: EngineRoute) -> dict[str, Any] | None:
+    """The mapping that holds the route's extra args (``payload`` or a field of it); None
+    when it is not a mapping."""
+    holder: Any = payload
+    for key in route.xargs_path[:-1] if route.reads_xargs else ():
+        holder = holder.get(key) or {}
+    return holder if isinstance(holder, dict) else None
+
+
+def _with_xargs(payload: dict[str, Any], path: tuple[str, ...], xargs: dict[str, Any]
+                ) -> dict[str, Any]:
+    """``payload`` with ``xargs`` at ``path`` (copies along the path, the original kept)."""
+    if len(path) == 1:
+        return {**payload, path[0]: xargs}
+    inner = payload.get(path[0]) or {}
+    return {**payload, path[0]: _with_xargs(inner, path[1:], xargs)}
 
 
 @attrs.define(eq=False)
@@ -169,8 +195,10 @@ class SchedulingMetadataValidator:
         if checked.payload is not None:
             try:
                 body = json.dumps(checked.payload, allow_nan=False).encode()
-            except ValueError:  # a number JSON cannot write back: vLLM judges the original
-                pass
+            except ValueError:  # forwarding the original would lose the tenant: refuse
+                await send_error(send, 400, "request body holds a number JSON does not "
+                                 "allow (NaN or Infinity)", anthropic=route.anthropic_errors)
+                return
             else:
                 shared["ticket_sent"] = TICKET_KEY in checked.payload.get("vllm_xargs", {})
                 scope = {**scope, "headers": _with_length(scope.get("headers", []), len(body))}

@@ -2,10 +2,14 @@
 
 No list of paths: a ``POST`` route reaches the scheduler when its request body can
 carry scheduling metadata, which vLLM declares as fields of the route's body model:
-``priority`` and/or ``vllm_xargs``. In vLLM 0.32 that is ``/v1/completions``,
+``priority``, ``vllm_xargs`` and/or ``sampling_params`` (whose ``extra_args`` are
+what ``vllm_xargs`` become). In vLLM 0.32 that is ``/v1/completions``,
 ``/v1/chat/completions``, ``/v1/chat/completions/batch``, ``/v1/responses``,
-``/v1/messages``, ``/v1/systemone``, ``/generative_scoring`` and, on pooling models,
-the pooling routes; a route vLLM adds later with those fields is found the same way.
+``/v1/messages``, ``/v1/systemone``, ``/generative_scoring``,
+``/inference/v1/generate`` and, on pooling models, the pooling routes; a route vLLM
+adds later with those fields is found the same way. A route with ``priority`` but
+no such mapping (``/v1/chat/completions/batch``, ``/generative_scoring``) cannot
+carry a tenant to the scheduler (`EngineRoute.reads_xargs` is False).
 A ``POST`` route with no declared body model (SageMaker's ``/invocations``, which
 validates a chat or completion body itself) reaches the scheduler when its JSON body
 is a generation request: an object with ``prompt``, ``messages`` or ``input``.
@@ -25,6 +29,8 @@ from typing import Any
 
 import attrs
 
+XARGS = ("vllm_xargs",)
+SAMPLING_EXTRA_ARGS = ("sampling_params", "extra_args")
 GENERATION_KEYS = ("prompt", "messages", "input")
 """Keys that make the JSON body of an untyped ``POST`` route a generation request."""
 
@@ -37,7 +43,10 @@ class EngineRoute:
     reads_priority: bool
     """The body's ``priority`` field reaches the scheduler (else vLLM ignores it)."""
     reads_xargs: bool
-    """The body's ``vllm_xargs`` reach the scheduler (tenant, class, deadline)."""
+    """The body's ``vllm_xargs`` (at `xargs_path`) reach the scheduler (tenant, class,
+    deadline); False: the route cannot carry a tenant."""
+    xargs_path: tuple[str, ...] = XARGS
+    """Where the body holds them: ``vllm_xargs``, or ``sampling_params.extra_args``."""
     anthropic_errors: bool = False
     """Errors in Anthropic's format (``{"type": "error", "error": {...}}``)."""
     typed: bool = True
@@ -94,9 +103,11 @@ def _engine_routes(routes: Iterable[Any]) -> Iterable[tuple[re.Pattern[str], Eng
         if fields is None:
             yield pattern, EngineRoute(path=route.path, reads_priority=True, reads_xargs=True,
                                        anthropic_errors=anthropic, typed=False)
-        elif "priority" in fields or "vllm_xargs" in fields:
+        elif fields & {"priority", "vllm_xargs", SAMPLING_EXTRA_ARGS[0]}:
+            path = (SAMPLING_EXTRA_ARGS if SAMPLING_EXTRA_ARGS[0] in fields
+                    and "vllm_xargs" not in fields else XARGS)
             yield pattern, EngineRoute(path=route.path, reads_priority="priority" in fields,
-                                       reads_xargs="vllm_xargs" in fields,
+                                       reads_xargs=path[0] in fields, xargs_path=path,
                                        anthropic_errors=anthropic)
 
 

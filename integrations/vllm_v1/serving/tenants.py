@@ -29,8 +29,14 @@ With it, configured in our ``--additional-config`` entry (``llm_serving_policies
   gateway sets (``tenant_header``, default ``X-LLM-Tenant``), never from an API key.
   The header counts only if signed (``hmac_key_env`` / ``hmac_key_file``: header
   ``X-LLM-Tenant-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(key, "<t>.<tenant>")>``,
-  at most ``max_skew_s`` old, see `sign_tenant`) and/or sent from ``trusted_sources``
-  (IP networks); otherwise 401.
+  hex in either case, at most ``max_skew_s`` old and ``max_future_s`` ahead, each
+  signature accepted once, see `sign_tenant`) and/or sent from ``trusted_sources``
+  (IP networks); otherwise 401. The source is the connection's peer address, or,
+  when the peer is one of the configured proxy hops (``forwarded_allow_ips``,
+  default none), the last address in ``X-Forwarded-For`` that is not a hop itself.
+* **Safe defaults**: with tenants or a gateway configured, the anonymous tenant may
+  ask for no priority more urgent than 0 and name no SLO class, unless a keyless
+  entry of its name says otherwise. A repeated ``Authorization`` header is 400.
 """
 
 from __future__ import annotations
@@ -56,7 +62,12 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _KEY_SOURCES = ("api_key_env", "api_key_file", "api_key_sha256")
 _TENANT_FIELDS = frozenset({*_KEY_SOURCES, "min_priority", "slo_classes"})
 _GATEWAY_FIELDS = frozenset({"tenant_header", "signature_header", "hmac_key_env",
-                             "hmac_key_file", "trusted_sources", "max_skew_s"})
+                             "hmac_key_file", "trusted_sources", "forwarded_allow_ips",
+                             "max_skew_s", "max_future_s"})
+ANONYMOUS_MIN_PRIORITY = 0
+"""The most urgent priority the anonymous tenant may ask for when no keyless entry says."""
+MAX_REMEMBERED_SIGNATURES = 100_000
+"""Gateway signatures remembered (to refuse a replay) before the oldest are forgotten."""
 SERVING_KEYS = ("tenants", "require_credential", "anonymous_tenant", "gateway")
 """The keys of our config entry this module reads."""
 
@@ -82,7 +93,39 @@ class Gateway:
     signature_header: str = "x-llm-tenant-signature"
     hmac_key: bytes | None = attrs.field(default=None, repr=False)
     trusted_sources: tuple[Network, ...] = ()
-    max_skew_s: float = 300.0
+    forwarded_allow_ips: tuple[Network, ...] = ()
+    """Proxy hops between the gateway and this server, whose ``X-Forwarded-For`` counts."""
+    max_skew_s: float = 60.0
+    """How old a signature's timestamp may be."""
+    max_future_s: float = 5.0
+    """How far ahead of this server's clock a signature's timestamp may be."""
+    seen: dict[str, float] = attrs.field(factory=dict, eq=False, repr=False)
+    """Signatures accepted within the skew window -> their timestamp (replays refused)."""
+
+    def source(self, peer: str | None, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+        """The address a request came from: the socket's peer, or through configured hops.
+
+        ``X-Forwarded-For`` is read only when the peer is one of ``forwarded_allow_ips``,
+        right to left, skipping further hops; a client's own header is never believed.
+        """
+        if not _trusted(peer, self.forwarded_allow_ips):
+            return peer
+        forwarded = [a.strip() for v in _all(headers, b"x-forwarded-for") for a in v.split(",")]
+        for address in reversed(forwarded):
+            if not _trusted(address, self.forwarded_allow_ips):
+                return address
+        return forwarded[0] if forwarded else peer
+
+    def accept_once(self, signature: str, timestamp: int, now: float) -> bool:
+        """Remember ``signature``; False if it was accepted before (a replay)."""
+        if signature in self.seen:
+            return False
+        if len(self.seen) >= MAX_REMEMBERED_SIGNATURES:
+            for old, at in list(self.seen.items()):
+                if at < now - self.max_skew_s or len(self.seen) >= MAX_REMEMBERED_SIGNATURES:
+                    del self.seen[old]
+        self.seen[signature] = timestamp
+        return True
 
 
 @attrs.frozen
@@ -155,16 +198,21 @@ class TenantBinding:
 
     def identify(self, headers: Sequence[tuple[bytes, bytes]], client_host: str | None,
                  now: float) -> Identity | Refusal:
-        """The request's tenant from its credential (headers as ASGI sends them)."""
+        """The request's tenant from its credential (headers as ASGI sends them;
+        ``client_host``: the connection's peer address)."""
+        authorizations = _all(headers, b"authorization")
+        if len(authorizations) > 1:
+            return Refusal(400, f"Authorization must be sent at most once, got "
+                                f"{len(authorizations)} values")
         if self.gateway is not None:
             return self._from_gateway(self.gateway, headers, client_host, now)
-        authorization = _first(headers, b"authorization")
-        if authorization is None or not self.keyed:
+        if not authorizations or not self.keyed:
             return self._anonymous()
-        scheme, _, key = authorization.partition(" ")
+        scheme, _, key = authorizations[0].partition(" ")
         if scheme.lower() != "bearer" or not key:
             return Refusal(401, "Authorization must be 'Bearer <API key>'")
-        digest = hashlib.sha256(key.strip().encode()).digest()
+        # the key's bytes as sent (a UTF-8 key matches the UTF-8 of the configured one)
+        digest = hashlib.sha256(key.strip().encode("latin-1")).digest()
         match = None
         for grant in self.grants.values():  # every digest compared: no early exit
             if grant.key_digest is not None and hmac.compare_digest(digest, grant.key_digest):
@@ -195,8 +243,10 @@ class TenantBinding:
         if self.require_credential:
             what = "a gateway tenant header" if self.gateway else "an API key"
             return Refusal(401, f"this server requires {what}")
-        return Identity(self.anonymous_tenant, "a request without a credential",
-                        self.grants.get(self.anonymous_tenant))
+        grant = self.grants.get(self.anonymous_tenant) or TenantGrant(
+            name=self.anonymous_tenant, min_priority=ANONYMOUS_MIN_PRIORITY,
+            slo_classes=frozenset())  # no keyless entry: the safe default
+        return Identity(self.anonymous_tenant, "a request without a credential", grant)
 
     def _from_gateway(self, gateway: Gateway, headers: Sequence[tuple[bytes, bytes]],
                       client_host: str | None, now: float) -> Identity | Refusal:
@@ -207,7 +257,8 @@ class TenantBinding:
         if len(values) > 1:
             return Refusal(401, f"{header} must be sent once, got {len(values)} values")
         tenant = values[0]
-        if gateway.trusted_sources and not _trusted(client_host, gateway.trusted_sources):
+        if gateway.trusted_sources and not _trusted(gateway.source(client_host, headers),
+                                                    gateway.trusted_sources):
             return Refusal(401, f"{header} is only accepted from the gateway")
         if gateway.hmac_key is not None:
             signatures = _all(headers, gateway.signature_header.encode())
@@ -222,15 +273,19 @@ class TenantBinding:
 
 
 def _signed(tenant: str, signature: str, gateway: Gateway, now: float) -> bool:
-    fields = dict(part.partition("=")[::2] for part in signature.split(","))
+    """Whether ``signature`` signs ``tenant``, is current and was not accepted before."""
+    fields = dict(part.strip().partition("=")[::2] for part in signature.split(","))
     try:
         timestamp = int(fields.get("t", ""))
     except ValueError:
         return False
-    if abs(now - timestamp) > gateway.max_skew_s:
+    if not -gateway.max_future_s <= now - timestamp <= gateway.max_skew_s:
         return False
     expected = sign_tenant(tenant, gateway.hmac_key, timestamp).rpartition("v1=")[2]
-    return hmac.compare_digest(expected.encode(), fields.get("v1", "").encode())
+    given = fields.get("v1", "").lower()
+    if not hmac.compare_digest(expected.encode(), given.encode("latin-1")):
+        return False
+    return gateway.accept_once(f"{timestamp}.{given}", timestamp, now)
 
 
 def _trusted(host: str | None, networks: tuple[Network, ...]) -> bool:
@@ -244,11 +299,6 @@ def _trusted(host: str | None, networks: tuple[Network, ...]) -> bool:
 def _all(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> list[str]:
     name = name.lower()
     return [v.decode("latin-1") for k, v in headers if k.lower() == name]
-
-
-def _first(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> str | None:
-    values = _all(headers, name)
-    return values[0] if values else None
 
 
 def _check_name(where: str, name: object) -> None:
@@ -358,17 +408,13 @@ def _gateway(spec: object, environ: Mapping[str, str]) -> Gateway:
         raise PipelineConfigError(f"{where}: give hmac_key_env or hmac_key_file, not both")
     key = (_secret(f"{where}.{sources[0]}", sources[0], spec[sources[0]], environ)
            if sources else None)
-    try:
-        networks = tuple(ipaddress.ip_network(s, strict=False)
-                         for s in spec.get("trusted_sources") or ())
-    except (TypeError, ValueError) as error:
-        raise PipelineConfigError(f"{where}.trusted_sources: {error}") from None
+    networks, hops = (_networks(f"{where}.{field}", spec.get(field))
+                      for field in ("trusted_sources", "forwarded_allow_ips"))
     if key is None and not networks:
         raise PipelineConfigError(f"{where}: set hmac_key_env/hmac_key_file or "
                                   "trusted_sources, else any client could set the tenant")
-    skew = spec.get("max_skew_s", 300.0)
-    if isinstance(skew, bool) or not isinstance(skew, int | float) or skew <= 0:
-        raise PipelineConfigError(f"{where}.max_skew_s must be a positive number, got {skew!r}")
+    skew, future = (_positive_seconds(f"{where}.{field}", spec.get(field, default))
+                    for field, default in (("max_skew_s", 60.0), ("max_future_s", 5.0)))
     names = {k: spec.get(k, default) for k, default in
              (("tenant_header", "x-llm-tenant"), ("signature_header", "x-llm-tenant-signature"))}
     for field, name in names.items():
@@ -376,4 +422,21 @@ def _gateway(spec: object, environ: Mapping[str, str]) -> Gateway:
             raise PipelineConfigError(f"{where}.{field} must be an HTTP header name")
     return Gateway(tenant_header=names["tenant_header"].lower(),
                    signature_header=names["signature_header"].lower(), hmac_key=key,
-                   trusted_sources=networks, max_skew_s=float(skew))
+                   trusted_sources=networks, forwarded_allow_ips=hops, max_skew_s=skew,
+                   max_future_s=future)
+
+
+def _networks(where: str, value: object) -> tuple[Network, ...]:
+    if isinstance(value, str):
+        value = [value]
+    try:
+        return tuple(ipaddress.ip_network(s, strict=False) for s in value or ())
+    except (TypeError, ValueError) as error:
+        raise PipelineConfigError(f"{where}: {error}") from None
+
+
+def _positive_seconds(where: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0 \
+            or value == float("inf"):
+        raise PipelineConfigError(f"{where} must be a positive number, got {value!r}")
+    return float(value)
