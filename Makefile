@@ -86,8 +86,11 @@ docs-build: $(STAMP)
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs serve
 
+# the embedded tiny model with dummy weights (meaningless text; offline): the CLI needs --model
+TINY_MODEL = $$($(PY) -c 'from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir; print(tiny_model_dir("dummy"))')
 serve: $(STAMP)
-	$(PY) -m integrations.vllm_v1.serving --pipeline qos --port $(PORT)
+	$(PY) -m integrations.vllm_v1.serving --pipeline qos --port $(PORT) --model "$(TINY_MODEL)" \
+		-- --load-format dummy --dtype float32 --max-model-len 2048 --enforce-eager --block-size 32
 
 overhead: $(STAMP)
 	$(PY) -m benchmarks.overhead --out $(OUT)/overhead

@@ -1,4 +1,4 @@
-"""A pipeline users can serve: ``python -m integrations.vllm_v1.serving --pipeline examples/my_pipeline.py:PIPELINE``.
+"""A pipeline users can serve: ``python -m integrations.vllm_v1.serving --pipeline examples/my_pipeline.py:PIPELINE --model MODEL``.
 
 Clients then send ``priority`` (-20..20, lower is more urgent) and
 ``vllm_xargs={"tenant": ..., "slo_class": ..., "deadline_ms": ...}``. A full queue

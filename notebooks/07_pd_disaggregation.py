@@ -25,8 +25,8 @@ from benchmarks.pd_replay.cluster import TransferModel, run_cluster
 from benchmarks.pd_replay.goodput import DEFAULT_ITL_SLO_S
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import load_trace
+from integrations.vllm_v1.config.pd_roles import PD_DECODE, PD_PREFILL
 from integrations.vllm_v1.instruments import EngineShape
-from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL
 from policies import InstanceLoad, LeastLoadedRouter, PDRouter, chain_keys
 
 # %% [markdown]

@@ -2,8 +2,10 @@
 
 policies <- integrations <- benchmarks; integrations never imports benchmarks;
 inside integrations only `integrations.vllm_v1.vllm_surface.names` imports vLLM;
-benchmarks never import vLLM (they use `integrations.vllm_v1.instruments`); no
-import cycle anywhere (module- or function-level; ``TYPE_CHECKING`` imports aside).
+benchmarks never import vLLM (they use `integrations.vllm_v1.instruments`); every
+package imports only packages at or below its place in `PACKAGE_ORDER` (docs/concepts.md),
+and the packages that share a place never import each other; no import cycle anywhere
+(module- or function-level; ``TYPE_CHECKING`` imports aside).
 """
 
 from __future__ import annotations
@@ -19,6 +21,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("policies", "integrations", "benchmarks")
 SURFACE = "integrations.vllm_v1.vllm_surface.names"
+V1 = "integrations.vllm_v1"
+PACKAGE_ORDER: tuple[tuple[str, ...], ...] = (
+    ("policies",),
+    (f"{V1}.vllm_surface",),
+    (f"{V1}.pipeline", f"{V1}.hooks", f"{V1}.rejection", f"{V1}.metrics"),
+    ("integrations", V1),  # the package roots: re-exports (the rest lazily, by name)
+    (f"{V1}.config",),
+    (f"{V1}.cache", f"{V1}.speculative", f"{V1}.slo"),
+    (f"{V1}.scheduling",),
+    (f"{V1}.serving",),
+    (f"{V1}.pd",),
+    (f"{V1}.instruments", f"{V1}.plugin"),
+    ("integrations.ray_serve",),
+    ("benchmarks",),
+)
+"""Bottom to top: the pure policies; the one vLLM surface; the shared values and the hook
+interface; the package roots; naming a pipeline; the feature packages (which plug into the scheduler as hooks,
+named by import path); the scheduler; serving; PD deployment; test and replay instruments
+and the vLLM plugin; Ray Serve; the benchmarks."""
 
 
 def _module(path: Path) -> str:
@@ -55,6 +76,47 @@ def _offenders(package: str, forbidden: tuple[str, ...], allowed: tuple[str, ...
     return sorted((module, target) for module, targets in GRAPH.items()
                   if module.split(".")[0] == package and module not in allowed
                   for target in targets if target.split(".")[0] in forbidden)
+
+
+def _place(name: str) -> tuple[int, str] | None:
+    """``(place in PACKAGE_ORDER, package)`` of a module or imported name (longest match)."""
+    matches = [(len(unit), place, unit) for place, units in enumerate(PACKAGE_ORDER)
+               for unit in units if name == unit or name.startswith(unit + ".")]
+    return max(matches)[1:] if matches else None
+
+
+def _order_offenders() -> list[tuple[str, str]]:
+    found = []
+    for module, targets in GRAPH.items():
+        here = _place(module)
+        for target in targets:
+            there = _place(target)
+            if here is None or there is None or here[1] == there[1]:
+                continue
+            if there[0] >= here[0]:  # above it, or a sibling at the same place
+                found.append((module, target))
+    return sorted(found)
+
+
+def test_every_module_has_a_place_in_the_package_order():
+    assert [module for module in GRAPH if _place(module) is None] == []
+
+
+def test_packages_import_only_packages_below_them():
+    assert _order_offenders() == []
+
+
+def test_the_order_check_sees_an_upward_and_a_sibling_import():
+    planted = {f"{V1}.cache._planted": {f"{V1}.scheduling.scheduler", f"{V1}.slo.step_timing",
+                                        f"{V1}.hooks", "policies"}}
+    GRAPH.update(planted)
+    try:
+        assert [edge for edge in _order_offenders() if edge[0] in planted] == [
+            (f"{V1}.cache._planted", f"{V1}.scheduling.scheduler"),
+            (f"{V1}.cache._planted", f"{V1}.slo.step_timing")]
+    finally:
+        for module in planted:
+            del GRAPH[module]
 
 
 @pytest.mark.parametrize(("package", "forbidden", "allowed"), [

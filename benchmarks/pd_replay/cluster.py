@@ -34,8 +34,8 @@ from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.driver import prompt_token_ids, work_batch
 from benchmarks.replay.records import RequestRecord, SystemRun
 from benchmarks.replay.trace import Trace
+from integrations.vllm_v1.config.pd_roles import STOCK, PDRole
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness, scheduled_work
-from integrations.vllm_v1.pd.roles import STOCK, PDRole
 from policies.pd_router import InstanceLoad, RouteDecision, chain_keys
 
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 131072

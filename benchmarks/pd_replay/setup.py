@@ -14,8 +14,8 @@ from benchmarks.pd_replay.routers import KVOverlapRouter, PowerOfTwoRouter, Pref
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.metrics import DEFAULT_SLOS, latency_summary
 from benchmarks.replay.trace import Trace
+from integrations.vllm_v1.config.pd_roles import PD_DECODE, PD_PREFILL, STOCK
 from integrations.vllm_v1.instruments.harness import EngineShape
-from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL, STOCK
 from policies.pd_router import LeastLoadedRouter, PDRouter, RoundRobinRouter
 
 ROUTERS = ("round_robin", "least_loaded", "pow2", "prefix_affinity", "kv_overlap", "pd_router")

@@ -5,7 +5,7 @@ behind the `OpenAIIngress`, with `PDRequestRouter` (or Ray Serve's default
 power-of-two-choices router, ``router="pow2"``) choosing the replica of each request.
 
 Disaggregated (``prefill_replicas > 0``): a ``prefill`` deployment of engines running
-the ``pd-prefill`` role (`integrations.vllm_v1.pd.roles.PD_PREFILL` applied to the
+the ``pd-prefill`` role (`integrations.vllm_v1.config.pd_roles.PD_PREFILL` applied to the
 pipeline, ``kv_producer``) and a ``decode`` deployment of ``replicas`` engines running
 the ``pd-decode`` role (``kv_consumer``), each with its own request router, joined by a
 vLLM KV connector: ``ExampleConnector`` over a shared directory on CPU (every node must
@@ -164,7 +164,7 @@ def build_app(config: ServeConfig) -> Any:
     """The bound Serve application (pass it to ``serve.run``), see the module docstring."""
     from ray import serve
 
-    from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL
+    from integrations.vllm_v1.config.pd_roles import PD_DECODE, PD_PREFILL
 
     targets = str(config.targets().path)
     base = {"model": config.model, "metrics_host": config.metrics_host, "targets_dir": targets}

@@ -25,7 +25,7 @@ from integrations.vllm_v1.pipeline import Pipeline
 _LAZY = {
     "PolicyScheduler": "integrations.vllm_v1.scheduling.scheduler",
     "AsyncPolicyScheduler": "integrations.vllm_v1.scheduling.scheduler",
-    "SchedulerHook": "integrations.vllm_v1.scheduling.hooks",
+    "SchedulerHook": "integrations.vllm_v1.hooks",
     "engine_kwargs": "integrations.vllm_v1.serving.engine",
     "build_llm": "integrations.vllm_v1.serving.engine",
     "serve": "integrations.vllm_v1.serving.server",

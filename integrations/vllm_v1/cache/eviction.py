@@ -43,7 +43,7 @@ from collections.abc import Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from integrations.vllm_v1.scheduling.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerHook
 from integrations.vllm_v1.vllm_surface.names import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,

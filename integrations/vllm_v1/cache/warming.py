@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from integrations.vllm_v1.scheduling.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerHook
 from integrations.vllm_v1.vllm_surface.names import (
     Request,
     SamplingParams,

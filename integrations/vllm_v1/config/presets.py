@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 
-from integrations.vllm_v1.pd.roles import pd_decode_pipeline, pd_prefill_pipeline
+from integrations.vllm_v1.config.pd_roles import pd_decode_pipeline, pd_prefill_pipeline
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import (
     MLFQ,
@@ -66,7 +66,7 @@ PRESETS: Mapping[str, PresetFactory] = {
 """Built-in pipeline factories by name. ``identity`` schedules like stock ``fcfs``;
 ``default`` is the full composition; ``cache`` is the KV-cache pair (segmented LRU
 eviction, cache-aware ranking); ``pd-prefill`` / ``pd-decode`` are the PD-aware role
-pipelines (`integrations.vllm_v1.pd.roles`, which also sets their engine limits); the
+pipelines (`integrations.vllm_v1.config.pd_roles`, which also sets their engine limits); the
 others are one policy alone, for ablations."""
 
 

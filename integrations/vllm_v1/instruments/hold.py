@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
-from integrations.vllm_v1.scheduling.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerHook
 
 HOLD_HOOK = "integrations.vllm_v1.instruments.hold:HoldHook"
 

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
+from integrations.vllm_v1.hooks import SchedulerHook
 from integrations.vllm_v1.instruments.harness import scheduled_work
 from integrations.vllm_v1.pipeline import Pipeline
-from integrations.vllm_v1.scheduling.hooks import SchedulerHook
 from integrations.vllm_v1.serving.engine import engine_kwargs
 
 STEP_LOG_HOOK = "integrations.vllm_v1.instruments.step_log:StepLogHook"

@@ -1,7 +1,7 @@
 """Start an NP:MD disaggregated deployment on this machine: vLLM servers plus the PD router.
 
 `serve_disaggregated` is the entry point:
-it applies the PD-aware role presets (`integrations.vllm_v1.pd.roles`) and
+it applies the PD-aware role presets (`integrations.vllm_v1.config.pd_roles`) and
 returns a ready `PDDeployment`. `PDDeployment.start` spawns ``prefill`` +
 ``decode`` vLLM OpenAI servers (each a `LocalServer` running a `Pipeline`) wired
 with a KV connector, and serves a `PDProxy` in front of them from a background
@@ -33,8 +33,8 @@ from pathlib import Path
 import attrs
 from aiohttp import web
 
+from integrations.vllm_v1.config.pd_roles import PD_ROLES, STOCK, PDRole
 from integrations.vllm_v1.pd.proxy import PDProxy
-from integrations.vllm_v1.pd.roles import PD_ROLES, STOCK, PDRole
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.serving.server import LocalServer
 from policies.pd_router import PDRouter

@@ -2,7 +2,7 @@
 
 `PolicyScheduler` (and `AsyncPolicyScheduler`) is vLLM's own scheduler steered by
 a `Pipeline`; optional features plug into it as `SchedulerHook`\\ s
-(`integrations.vllm_v1.scheduling.hooks`). Name it in vLLM's configuration with
+(`integrations.vllm_v1.hooks`). Name it in vLLM's configuration with
 `SCHEDULER_CLS` (or `ASYNC_SCHEDULER_CLS` under asynchronous scheduling).
 """
 

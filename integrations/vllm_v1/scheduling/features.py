@@ -1,8 +1,10 @@
 """Which `SchedulerHook`\\ s a scheduler runs: one per set pipeline slot, one per config key
 that turns a feature on, plus any named in config.
 
-Adding a feature is one line here (slot or key -> hook) and its hook; the scheduler
-itself does not change.
+Adding a feature is one line here (slot or key -> the hook's import path) and its hook; the
+scheduler itself does not change. Slots and keys name their hooks the same way, by
+``package.module:factory`` imported when a scheduler is built, so `scheduling` imports no
+feature package (the package order in ``tests/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -11,21 +13,18 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from integrations.vllm_v1.cache.eviction import EvictionHook
-from integrations.vllm_v1.cache.warming import CacheWarmingHook
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
-from integrations.vllm_v1.scheduling.hooks import SchedulerHook
-from integrations.vllm_v1.scheduling.start_gate import StartGateHook
-from integrations.vllm_v1.speculative.budget import DraftBudgetHook
+from integrations.vllm_v1.hooks import SchedulerHook
 
-SLOT_HOOKS: tuple[tuple[str, Callable[[Any, Any], SchedulerHook]], ...] = (
-    ("start_gate", StartGateHook),
-    ("eviction", EvictionHook),
-    ("speculation", DraftBudgetHook),
-    ("warming", CacheWarmingHook),
+SLOT_HOOKS: tuple[tuple[str, str], ...] = (
+    ("start_gate", "integrations.vllm_v1.scheduling.start_gate:StartGateHook"),
+    ("eviction", "integrations.vllm_v1.cache.eviction:EvictionHook"),
+    ("speculation", "integrations.vllm_v1.speculative.budget:DraftBudgetHook"),
+    ("warming", "integrations.vllm_v1.cache.warming:CacheWarmingHook"),
 )
-"""Pipeline slot -> the hook that runs it, called as ``Hook(scheduler, policy)``, in call order."""
+"""Pipeline slot -> the hook that runs it (``package.module:factory``, called as
+``factory(scheduler, policy)``), in call order."""
 
 
 KEY_HOOKS: tuple[tuple[str, str], ...] = (
@@ -41,7 +40,7 @@ def feature_hooks(scheduler: Any) -> list[SchedulerHook]:
     """The hooks of ``scheduler.pipeline``'s set slots, then of its config entry's keys, then
     those the entry's ``hooks`` names (each factory once)."""
     pipeline = scheduler.pipeline
-    hooks = [make(scheduler, getattr(pipeline, slot)) for slot, make in SLOT_HOOKS
+    hooks = [_named_hook(path)(scheduler, getattr(pipeline, slot)) for slot, path in SLOT_HOOKS
              if getattr(pipeline, slot) is not None]
     entry = config_entry(scheduler.vllm_config.additional_config)
     paths = [path for key, path in KEY_HOOKS if entry.get(key) is not None]
@@ -49,7 +48,7 @@ def feature_hooks(scheduler: Any) -> list[SchedulerHook]:
     return hooks + [_named_hook(path)(scheduler) for path in dict.fromkeys(paths)]
 
 
-def _named_hook(path: object) -> Callable[[Any], SchedulerHook]:
+def _named_hook(path: object) -> Callable[..., SchedulerHook]:
     if not isinstance(path, str) or ":" not in path:
         raise PipelineConfigError(f"{CONFIG_KEY}.hooks: expected 'package.module:factory', "
                                   f"got {path!r}")

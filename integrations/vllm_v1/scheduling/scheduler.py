@@ -22,7 +22,7 @@ Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
   it costs nothing.
 
 Optional features (eviction order, cache warming, draft budget, start gate, step
-log) are `SchedulerHook`\ s (`integrations.vllm_v1.scheduling.hooks`), built from
+log) are `SchedulerHook`\ s (`integrations.vllm_v1.hooks`), built from
 the pipeline's slots by `integrations.vllm_v1.scheduling.features`. The pipeline is
 named in ``additional_config`` (`integrations.vllm_v1.config.spec`).
 
@@ -39,11 +39,11 @@ from typing import Any
 import attrs
 
 from integrations.vllm_v1.config.spec import pipeline_from_additional_config
+from integrations.vllm_v1.hooks import HookTable
 from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.rejection import Rejection
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
 from integrations.vllm_v1.scheduling.features import feature_hooks
-from integrations.vllm_v1.scheduling.hooks import HookTable
 from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
 from integrations.vllm_v1.scheduling.views import request_metadata, request_view
 from integrations.vllm_v1.vllm_surface.names import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from integrations.vllm_v1.scheduling.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerHook
 from policies.pd_scheduling import DecodeKVGate
 
 MAX_LOOKAHEAD_REQUESTS = 64

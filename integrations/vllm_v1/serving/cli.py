@@ -1,7 +1,8 @@
 """``python -m integrations.vllm_v1.serving``: vLLM's OpenAI server with a pipeline.
 
-With no ``--model`` it serves the embedded tiny model (dummy weights), so it
-runs offline on a laptop. Arguments after ``--`` go to vLLM unchanged.
+``--model`` is required: a production command never falls back to a test model (``make
+serve`` names the embedded tiny model explicitly). Arguments after ``--`` go to vLLM
+unchanged.
 
 Exit status and signals, for supervisors (systemd, Docker, Kubernetes):
 
@@ -36,8 +37,6 @@ from integrations.vllm_v1.serving.server import (
     server_env,
 )
 
-TINY_MODEL_ARGS = ("--load-format", "dummy", "--dtype", "float32", "--max-model-len", "2048",
-                   "--enforce-eager", "--block-size", "32")
 STOP_GRACE_S = 30.0
 """How long vLLM's server may take to stop after ``SIGTERM`` before it is killed."""
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -52,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", default="qos",
                         help="preset name, package.module:attr or file.py:attr (default: qos)")
-    parser.add_argument("--model", help="model directory (default: the embedded tiny model)")
+    parser.add_argument("--model", required=True, help="model directory or Hugging Face id")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--tenants", help="JSON/YAML/TOML file of tenants and their API keys "
@@ -60,19 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     args, vllm_args = parser.parse_known_args(argv)
     vllm_args = [a for a in vllm_args if a != "--"]
     pipeline = resolve_pipeline(args.pipeline)
-    model = args.model
-    if model is None:
-        from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
-
-        model = str(tiny_model_dir("dummy"))
-        vllm_args = [*TINY_MODEL_ARGS, *vllm_args]
     if args.tenants:
         from integrations.vllm_v1.config.spec import CONFIG_KEY
 
         vllm_args = ["--additional-config",
                      _json({CONFIG_KEY: {"tenants": os.path.abspath(args.tenants)}}), *vllm_args]
     argv = [sys.executable, "-m", API_SERVER_MODULE,
-            *server_args(pipeline, model, host=args.host, port=args.port,
+            *server_args(pipeline, args.model, host=args.host, port=args.port,
                          vllm_args=tuple(vllm_args))]
     return run_child(argv)
 

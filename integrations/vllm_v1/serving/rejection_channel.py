@@ -37,11 +37,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from integrations.vllm_v1 import hooks as hook_points
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
+from integrations.vllm_v1.hooks import SchedulerHook
 from integrations.vllm_v1.rejection import Rejection
-from integrations.vllm_v1.scheduling import hooks as hook_points
-from integrations.vllm_v1.scheduling.hooks import SchedulerHook
 
 CHANNEL_KEY = "rejection_channel"
 """Our config entry's key for the channel's ZeroMQ address."""

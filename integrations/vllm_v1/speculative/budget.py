@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from integrations.vllm_v1.scheduling.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerHook
 from policies import LoadSnapshot
 from policies.speculative import SpeculationBudget
 

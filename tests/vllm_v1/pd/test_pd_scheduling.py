@@ -5,10 +5,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from integrations.vllm_v1 import Pipeline, engine_kwargs
+from integrations.vllm_v1.config.pd_roles import PD_DECODE, PD_PREFILL, STOCK
 from integrations.vllm_v1.config.spec import resolve_pipeline
 from integrations.vllm_v1.instruments import SchedulerHarness
 from integrations.vllm_v1.instruments.harness import EngineShape
-from integrations.vllm_v1.pd.roles import PD_DECODE, PD_PREFILL, STOCK
 from integrations.vllm_v1.scheduling.start_gate import StartGateHook
 from policies import DecodeKVGate
 from tests.helpers.drain import drain

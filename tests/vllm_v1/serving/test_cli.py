@@ -15,11 +15,14 @@ import urllib.request
 import psutil
 import pytest
 
+from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 from integrations.vllm_v1.serving.server import offline_env
 from tests.helpers.http import free_port
 
 pytestmark = pytest.mark.engine
 
+TINY_DUMMY_ARGS = ("--load-format", "dummy", "--dtype", "float32", "--max-model-len", "2048",
+                   "--enforce-eager", "--block-size", "32")
 STOP_BOUND_S = 120
 """Generous bound for a stop on a loaded 2-core machine (a failure bound, not a target)."""
 
@@ -33,7 +36,8 @@ class CLI:
         with open(self.log, "wb") as sink:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "integrations.vllm_v1.serving", "--pipeline", "identity",
-                 "--port", str(self.port), "--", "--kv-cache-memory-bytes", str(64 << 20)],
+                 "--port", str(self.port), "--model", str(tiny_model_dir("dummy")), "--",
+                 *TINY_DUMMY_ARGS, "--kv-cache-memory-bytes", str(64 << 20)],
                 stdout=sink, stderr=subprocess.STDOUT, env=offline_env(),
                 start_new_session=True)
         self.tree: list[psutil.Process] = []

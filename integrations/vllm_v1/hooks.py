@@ -4,10 +4,13 @@ A feature (an eviction order, cache warming, a draft budget, a start gate, a ste
 log, ...) is one hook object. The scheduler calls every hook at fixed points of a
 request's life and of each step; a hook overrides only the points it needs, and
 the scheduler calls a point only on the hooks that override it (a dispatch table
-built once), so an unused point costs nothing per step. Pipeline slots map to
-hooks in `integrations.vllm_v1.scheduling.features`; further hooks can be named in
-the configuration (``llm_serving_policies.hooks``: ``package.module:factory``, each
-called with the scheduler).
+built once), so an unused point costs nothing per step. Pipeline slots and config
+keys name their hooks by import path in `integrations.vllm_v1.scheduling.features`;
+further hooks can be named in the configuration (``llm_serving_policies.hooks``:
+``package.module:factory``, each called with the scheduler).
+
+This module sits below every feature package and the scheduler (it imports neither),
+so a feature package depends on this interface, never on `scheduling`.
 
 Order of calls in one step: `before_schedule` (after the core has expired late
 requests and ordered the running list), vLLM's own ``schedule``, `after_schedule`;
