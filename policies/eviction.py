@@ -302,6 +302,15 @@ class LRU:
         entry = self._entries.get(key)
         return 0 if entry is None else entry.uses
 
+    def tracks(self, key: Hashable) -> bool:
+        """Whether the order holds metadata of ``key`` (evictable, or referenced since)."""
+        return key in self._entries
+
+    @property
+    def tracked(self) -> int:
+        """Keys with metadata, uncached ones included (O(1))."""
+        return len(self._entries)
+
     def stats(self) -> EvictionStats:
         """Segment sizes and counters since construction."""
         sizes = [len(segment) for segment in self._segments]

@@ -34,6 +34,7 @@ from benchmarks.cache_replay.restart import replay_restart
 from benchmarks.cache_replay.simulate import ReplayResult, replay_opt, replay_order
 from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1.config.presets import preset
+from policies.adaptive_eviction import DuelingSLRU
 from policies.eviction import LRU, EvictionOrder, SegmentedLRU
 
 SHIPPED_PRESET = "cache"
@@ -53,7 +54,7 @@ def shipped_order() -> EvictionOrder:
 
 
 ORDERS: dict[str, Callable[[], EvictionOrder]] = {
-    "lru": LRU, "slru": SegmentedLRU, "shipped": shipped_order,
+    "lru": LRU, "slru": SegmentedLRU, "dueling": DuelingSLRU, "shipped": shipped_order,
     "arc": AdaptiveSegmentedLRU, "lecar": LeCaR,
     "lecar-crlfu": lambda: LeCaR(churn_resistant=True), "density": ReuseDensity}
 POLICIES = (*ORDERS, "opt")

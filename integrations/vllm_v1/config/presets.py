@@ -22,6 +22,7 @@ from policies import (
     SegmentedLRU,
     TokenBucket,
 )
+from policies.adaptive_eviction import DuelingSLRU
 
 TenantWeights = Mapping[str, float]
 PresetFactory = Callable[[TenantWeights], Pipeline]
@@ -59,13 +60,13 @@ PRESETS: Mapping[str, PresetFactory] = {
     "admission": lambda _weights: Pipeline(admission=default_admission()),
     "watermarks": lambda _weights: Pipeline(watermarks=KVWatermarks()),
     "slru": lambda _weights: Pipeline(eviction=SegmentedLRU()),
-    "cache": lambda _weights: Pipeline(eviction=SegmentedLRU(), ranking=CacheAwareRanker()),
+    "cache": lambda _weights: Pipeline(eviction=DuelingSLRU(), ranking=CacheAwareRanker()),
     "pd-prefill": lambda _weights: pd_prefill_pipeline(),
     "pd-decode": lambda _weights: pd_decode_pipeline(),
 }
 """Built-in pipeline factories by name. ``identity`` schedules like stock ``fcfs``;
 ``default`` is the full composition; ``cache`` is the KV-cache pair (segmented LRU
-eviction, cache-aware ranking); ``pd-prefill`` / ``pd-decode`` are the PD-aware role
+that turns into LRU where frequency does not pay, cache-aware ranking); ``pd-prefill`` / ``pd-decode`` are the PD-aware role
 pipelines (`integrations.vllm_v1.config.pd_roles`, which also sets their engine limits); the
 others are one policy alone, for ablations."""
 

@@ -1,0 +1,87 @@
+"""DuelingSLRU: SegmentedLRU where frequency pays, LRU where it does not."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from benchmarks.cache_replay.simulate import replay_order
+from policies import LRU, EvictionOrder, Segment, SegmentedLRU
+from policies.adaptive_eviction import DuelingSLRU
+from tests.helpers.eviction import assert_misuse_raises_precise_errors
+
+
+def test_implements_the_eviction_protocol_and_its_misuse_errors():
+    assert isinstance(DuelingSLRU(), EvictionOrder)
+    assert_misuse_raises_precise_errors(DuelingSLRU())
+
+
+def agent_sessions(concurrent=4, turns=8, new_blocks=4, total=60):
+    """Agent sessions, ``concurrent`` at a time in turn: each turn is the last one's context
+    plus new blocks, used once more at the next turn; an ended session's blocks, used
+    ``turns`` times, are never used again (frequency misleads: SegmentedLRU loses)."""
+    chains, active, started = [], [], 0
+    while started < total or active:
+        while len(active) < concurrent and started < total:
+            active.append({"name": f"s{started}", "turn": 0, "context": [f"s{started}-task"]})
+            started += 1
+        for session in list(active):
+            session["context"].extend(f"{session['name']}-t{session['turn']}-{b}"
+                                      for b in range(new_blocks))
+            session["turn"] += 1
+            chains.append(list(session["context"]))
+            if session["turn"] == turns:
+                active.remove(session)
+    return chains
+
+
+def hot_prefix_and_scan(requests=600):
+    """A hot 20-block prefix every third request, two one-shot 15-block scans between."""
+    hot = [f"hot{i}" for i in range(20)]
+    return [list(hot) if i % 3 == 0 else [f"scan{i}-{b}" for b in range(15)]
+            for i in range(requests)]
+
+
+def rates(chains, cache_blocks):
+    return {name: replay_order(chains, cache_blocks, order, name).hit_rate
+            for name, order in (("lru", LRU()), ("slru", SegmentedLRU()),
+                                ("dueling", DuelingSLRU(window_accesses=2000)))}
+
+
+def test_turns_into_lru_where_segmented_lru_loses():
+    chains = agent_sessions()
+    order = DuelingSLRU(window_accesses=2000)
+    replay_order(chains, 120, order, "dueling")
+    assert order.mode == "lru"
+    order.check_invariants()
+    order.release("x")
+    assert order.stats().protected_blocks == 0  # LRU mode: PROTECTED emptied on a release
+    assert all(order.segment_of(k) is not Segment.PROTECTED for k in order)
+    got = rates(chains, 120)
+    assert got["slru"] < got["lru"] - 0.1  # the workload is one where SLRU loses
+    assert got["dueling"] >= got["lru"] - 0.005  # 480 requests: learning costs 0.2 points
+
+
+def test_stays_segmented_where_frequency_pays():
+    chains = hot_prefix_and_scan()
+    order = DuelingSLRU(window_accesses=2000)
+    replay_order(chains, 40, order, "dueling")
+    assert order.mode == "slru"
+    got = rates(chains, 40)
+    assert got["slru"] > got["lru"] + 0.1
+    assert got["dueling"] >= got["slru"] - 0.02
+
+
+chains = st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=5, unique=True),
+                  min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(chains=chains, capacity=st.integers(3, 12), window=st.sampled_from([1.0, 5.0, 100.0]))
+def test_invariants_hold_in_a_cache(chains, capacity, window):
+    """Replayed as a cache, the real order and both shadows stay consistent and bounded."""
+    order = DuelingSLRU(window_accesses=window)
+    chains = [[tuple(c[: i + 1]) for i in range(len(c))] for c in chains]  # keys = prefixes
+    replay_order(chains, capacity, order, "dueling")
+    order.check_invariants()
+    if order.mode == "lru":
+        order.release(("new",))
+        assert order.stats().protected_blocks == 0
