@@ -39,8 +39,8 @@ simple CPU offloading manager) walks the whole order, O(free blocks) per call.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from integrations.vllm_v1.hooks import SchedulerHook
@@ -77,14 +77,24 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
     block is held exactly once, ``popleft`` never returns a block that is not
     free, and blocks without a hash are handed out before any cached block.
     The linked-list fields of `KVCacheBlock` are not used.
+
+    An order that raises (or evicts a key that is not free) is contained: that one
+    eviction takes the least recently released free block (uncached first), other
+    calls are skipped, each counted in ``faults`` and reported to ``on_fault``; the
+    queue's own counts stay exact.
     """
 
-    def __init__(self, blocks: list[KVCacheBlock], order: EvictionOrder) -> None:
+    def __init__(self, blocks: list[KVCacheBlock], order: EvictionOrder,
+                 on_fault: Callable[[str, BaseException, object], None] | None = None) -> None:
         # Not calling super().__init__: it would link the blocks into its own list.
         self.order = order
         self.num_free_blocks = 0
         self.duplicates_released = 0
         """Cached blocks released as uncached because another block holds their hash."""
+        self.faults = 0
+        """Order calls that raised (or evicted a key not free), contained."""
+        self.on_fault = on_fault
+        """Told ``("eviction", error, order)`` of each (the scheduler's `PolicyFaults`)."""
         self._free: dict[Hashable, KVCacheBlock] = {}
         """Order key -> free block."""
         self._key_of: dict[int, Hashable] = {}
@@ -109,7 +119,16 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
     def popleft(self) -> KVCacheBlock:
         if not self.num_free_blocks:
             raise ValueError("No free blocks available")
-        return self._take(self.order.evict())
+        try:
+            key = self.order.evict()
+            if key not in self._free:
+                raise KeyError(f"evict() returned {key!r}, which is not a free block")
+        except Exception as error:  # noqa: BLE001 - contained: LRU for this eviction
+            self._fault(error)
+            key = next((k for k in self._free if isinstance(k, int)), next(iter(self._free)))
+            with suppress(Exception):  # the order may not know it; it is gone either way
+                self.order.discard(key)
+        return self._take(key)
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         assert self.num_free_blocks >= n
@@ -119,7 +138,7 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         key = self._key_of.get(block.block_id)
         if key is None:
             raise RuntimeError(f"remove() called on an invalid block: {block}")
-        self.order.acquire(key)
+        self._tell(self.order.acquire, key)
         del self._free[key], self._key_of[block.block_id]
         self.num_free_blocks -= 1
 
@@ -136,7 +155,7 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         for block in reversed(blocks):  # the first block ends up at the very front
             self._forget_hash(block.block_id)
             self._add(block, block.block_id)
-            self.order.release_uncached(block.block_id)
+            self._tell(self.order.release_uncached, block.block_id)
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         return [self._free[key] for key in self.order]
@@ -171,7 +190,7 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         if old is not None:
             del self._owner[old]
             if not evicted:
-                self.order.discard(old)
+                self._tell(self.order.discard, old)
 
     def _claim(self, block: KVCacheBlock) -> Hashable | None:
         """The order key of cached ``block``, or None if another block holds its hash."""
@@ -194,9 +213,21 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         parent_key = self._claim(parent) if parent is not None else None
         self._add(block, key)
         if self._cancelled and self._hints is not None:
-            self._hints.release_cancelled(key, parent_key)
+            self._tell(self._hints.release_cancelled, key, parent_key)
         else:
-            self.order.release(key, parent_key, protect=self._protect)
+            self._tell(self.order.release, key, parent_key, protect=self._protect)
+
+    def _tell(self, call: Callable[..., object], *args: object, **kwargs: object) -> None:
+        """``call`` the order; an exception is contained (counted, the call skipped)."""
+        try:
+            call(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - contained
+            self._fault(error)
+
+    def _fault(self, error: BaseException) -> None:
+        self.faults += 1
+        if self.on_fault is not None:
+            self.on_fault("eviction", error, self.order)
 
     @contextmanager
     def shield(self, *, cancelled: bool = False) -> Iterator[None]:
@@ -234,14 +265,16 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
             self.order.check_invariants()
 
 
-def install_eviction(scheduler: Any, order: EvictionOrder) -> PolicyFreeBlockQueue:
+def install_eviction(scheduler: Any, order: EvictionOrder,
+                     on_fault: Callable[[str, BaseException, object], None] | None = None
+                     ) -> PolicyFreeBlockQueue:
     """Replace ``scheduler``'s free-block queue by one evicting in ``order``; returns it.
 
     Call on a scheduler with no request yet (or between requests): the free
     blocks move over in their current order, cached ones with no known parent.
     """
     return swap_free_block_queue(scheduler.kv_cache_manager,
-                                 lambda blocks: PolicyFreeBlockQueue(blocks, order))
+                                 lambda blocks: PolicyFreeBlockQueue(blocks, order, on_fault))
 
 
 class EvictionHook(SchedulerHook):
@@ -249,7 +282,7 @@ class EvictionHook(SchedulerHook):
     admitted prompt, shields blocks of preempted and cancelled requests, reports stats."""
 
     def __init__(self, scheduler: Any, order: EvictionOrder) -> None:
-        self.queue = install_eviction(scheduler, order)
+        self.queue = install_eviction(scheduler, order, scheduler.faults.record)
         self._stats = order.stats if isinstance(order, ReportsEvictionStats) else None
 
     def on_admitted(self, request: Any, tenant: str) -> None:

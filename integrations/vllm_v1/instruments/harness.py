@@ -14,7 +14,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import torch
@@ -130,12 +130,14 @@ class StepResult:
 
 def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
                     stock_policy: Literal["fcfs", "priority"] = "fcfs",
-                    scheduler_cls: type[Scheduler] | None = None) -> Scheduler:
+                    scheduler_cls: type[Scheduler] | None = None,
+                    entry: dict[str, Any] | None = None) -> Scheduler:
     """vLLM's stock `Scheduler` (``pipeline=None``) or a `PolicyScheduler`, with no model.
 
     ``stock_policy`` is vLLM's ``--scheduling-policy`` (a `PolicyScheduler` refuses
     ``priority`` unless the pipeline is the identity); ``scheduler_cls`` overrides the
-    class (e.g. `AsyncPolicyScheduler`).
+    class (e.g. `AsyncPolicyScheduler`); ``entry``: further keys of our config entry
+    (e.g. ``hooks``).
     """
     model_config = ModelConfig(
         model=str(scheduler_model_dir(shape.max_model_len)),
@@ -160,7 +162,8 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
         model_config=model_config,
         cache_config=cache_config,
         scheduler_config=scheduler_config,
-        additional_config=to_additional_config(pipeline) if pipeline is not None else {},
+        additional_config=(to_additional_config(pipeline, **(entry or {}))
+                           if pipeline is not None else {}),
     )
     kv_cache_config = KVCacheConfig(
         num_blocks=shape.num_blocks,
@@ -200,10 +203,11 @@ class SchedulerHarness:
     @classmethod
     def build(cls, pipeline: Pipeline | None = None, *, shape: EngineShape | None = None,
               stock_policy: Literal["fcfs", "priority"] = "fcfs",
-              scheduler_cls: type[Scheduler] | None = None) -> SchedulerHarness:
+              scheduler_cls: type[Scheduler] | None = None,
+              entry: dict[str, Any] | None = None) -> SchedulerHarness:
         """Harness over ``PolicyScheduler(pipeline)``, or stock vLLM when ``pipeline`` is None."""
         return cls(build_scheduler(shape or EngineShape(), pipeline, stock_policy,
-                                   scheduler_cls))
+                                   scheduler_cls, entry))
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int], max_tokens: int, *,
                     priority: int = 0, extra_args: dict | None = None,

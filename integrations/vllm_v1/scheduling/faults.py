@@ -2,14 +2,18 @@
 
 Every place where `PolicyScheduler` asks a policy or a hook for a decision is a
 *seam* (``admission``, ``ranking``, ``levels``, ``pre_step``, ``token_cap``,
-``fairness``, ``accounting``, ``observers``, ``hooks``, ``metrics``). An exception
-there is caught, counted (``policies:policy_faults_total{policy,seam}``), logged
-once per policy and seam with its traceback, and the decision falls back to what
-stock vLLM would do: admit, arrival order, no cap, no reordering, no accounting.
-Requests are never dropped by a fault.
+``fairness``, ``accounting``, ``observers``, ``metrics``, ``eviction``, and each hook
+point by its name: ``on_arrival``, ``on_admitted``, ``on_rejected``,
+``before_schedule``, ``after_schedule``, ``before_update``, ``releasing``,
+``pending``, ``refresh_metrics``, ``shutdown``). An exception there, or an invalid
+answer (a rank key or level that is None, NaN or not a number), is caught, counted
+(``policies:policy_faults_total{policy,seam}``, and `PolicyFaults.errors` keeps the
+last exception of each), logged once per policy and seam with the exception and its
+traceback, and the decision falls back to what stock vLLM would do: admit, arrival
+order, no cap, no reordering, no accounting, LRU for an eviction. Requests are never
+dropped by a fault.
 
-Not contained: an eviction order (`PolicyFreeBlockQueue` must keep exact block
-counts inside vLLM's allocator, so its failure is vLLM's failure) and vLLM itself.
+Not contained: vLLM itself.
 """
 
 from __future__ import annotations
@@ -30,20 +34,26 @@ class PolicyFaults:
         self.metrics = metrics
         self.counts: Counter[tuple[str, str]] = Counter()
         """(policy, seam) -> faults so far."""
+        self.errors: dict[tuple[str, str], str] = {}
+        """(policy, seam) -> the last exception there (``repr``)."""
 
     def add(self, objects: Iterable[object]) -> None:
         """Also name these (e.g. the hooks) when they raise."""
         self._names.update((id(o), type(o).__name__) for o in objects)
 
-    def record(self, seam: str, error: BaseException) -> None:
-        """``error`` was raised at ``seam``: count it under the policy that raised it."""
+    def record(self, seam: str, error: BaseException, source: object = None) -> None:
+        """``error`` was raised at ``seam``: count it under the policy that raised it
+        (``source``, when the traceback cannot show it: an invalid return value)."""
         policy = self.culprit(error)
+        if policy == "unknown" and source is not None:
+            policy = self._names.get(id(source), type(source).__name__)
         key = (policy, seam)
         self.counts[key] += 1
+        self.errors[key] = repr(error)
         if self.counts[key] == 1:
-            _LOG.error("policy %s raised at %s; falling back to stock behaviour there (logged "
-                       "once, counted in policies:policy_faults_total)", policy, seam,
-                       exc_info=error)
+            _LOG.error("policy %s raised at %s: %r; falling back to stock behaviour there "
+                       "(logged once, counted in policies:policy_faults_total)", policy, seam,
+                       error, exc_info=error)
         if self.metrics is not None:
             self.metrics.policy_fault(policy, seam)
 

@@ -31,9 +31,11 @@ The clock is read once per step; every policy sees that same ``now``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -89,6 +91,19 @@ def _stock_priority_key(request: Request) -> tuple[int, float, str]:
 class _Rejected:
     request: Request
     rejection: Rejection
+
+
+def _sort_number(value: object, what: str) -> float:
+    """``value`` if it is a number a queue can sort by (an int or float, not NaN).
+
+    Raises:
+        TypeError: for anything else (None, a bool, a string, NaN), so that a policy's
+            invalid answer is contained like its exception.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and math.isnan(value)):
+        raise TypeError(f"{what} must be a number (not NaN), got {value!r}")
+    return value
 
 
 def _prefill_part(tokens: int, prompt_tokens: int, computed_tokens: int) -> int:
@@ -185,9 +200,9 @@ class PolicySchedulerMixin:
         if levels is None:
             return 0, tracked.rank_key
         try:
-            return levels.level(tracked.admitted), tracked.rank_key
+            return _sort_number(levels.level(tracked.admitted), "level"), tracked.rank_key
         except Exception as error:  # noqa: BLE001 - contained: level 0
-            self.faults.record("levels", error)
+            self.faults.record("levels", error, levels)
             return 0, tracked.rank_key
 
     def _sort_running(self) -> None:
@@ -259,8 +274,7 @@ class PolicySchedulerMixin:
         if request.request_id in self.requests:  # a streaming-input continuation
             super().add_request(request)
             return
-        for on_arrival in self.hooks.on_arrival:
-            on_arrival(request)
+        self._call("on_arrival", self.hooks.on_arrival, request)
         try:
             metadata = request_metadata(request)
         except InvalidRequestMetadata as error:
@@ -278,12 +292,13 @@ class PolicySchedulerMixin:
             return
         try:
             view, rank_key = self._rank(request, view, now)
+            rank_key = _sort_number(rank_key, "rank key")
         except Exception as error:  # noqa: BLE001 - contained: arrival order (stock fcfs)
-            self.faults.record("ranking", error)
+            self.faults.record("ranking", error, self.pipeline.ranking)
             rank_key = request.arrival_time
         self._tracked[request.request_id] = _Tracked(metadata, rank_key, view)
         super().add_request(request)
-        self._call("hooks", self.hooks.on_admitted, request, metadata.tenant)
+        self._call("on_admitted", self.hooks.on_admitted, request, metadata.tenant)
         self._call("observers", [o.on_admitted for o in self._observers], view, now)
 
     def _admission(self, view: RequestView, now: float) -> Rejection | None:
@@ -317,7 +332,7 @@ class PolicySchedulerMixin:
         self._rejected.append(_Rejected(request, rejection))
         if self.metrics is not None:
             self.metrics.rejected(rejection.reason)
-        self._call("hooks", self.hooks.on_rejected, request, rejection)
+        self._call("on_rejected", self.hooks.on_rejected, request, rejection)
 
     def _expire_waiting(self) -> None:
         """Drop waiting requests at the head of their queue whose deadline can no longer be met."""
@@ -336,16 +351,17 @@ class PolicySchedulerMixin:
         try:
             return pending()
         except Exception as error:  # noqa: BLE001 - contained: no pending work
-            self.faults.record("hooks", error)
+            self.faults.record("pending", error)
             return False
 
     def shutdown(self) -> None:
-        self._call("hooks", self.hooks.shutdown, self.clock())
+        self._call("shutdown", self.hooks.shutdown, self.clock())
         super().shutdown()
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any
                            ) -> dict[int, EngineCoreOutputs]:
-        self._call("hooks", self.hooks.before_update, scheduler_output, model_runner_output)
+        self._call("before_update", self.hooks.before_update, scheduler_output,
+                   model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)
         rejected, self._rejected = self._rejected, []
         for entry in rejected:
@@ -382,9 +398,9 @@ class PolicySchedulerMixin:
                 self._load = self.load_snapshot(now)
         except Exception as error:  # noqa: BLE001 - contained: vLLM's order this step
             self.faults.record("pre_step", error)
-        self._call("hooks", self.hooks.before_schedule, now)
+        self._call("before_schedule", self.hooks.before_schedule, now)
         output = super().schedule(throttle_prefills)
-        self._call("hooks", self.hooks.after_schedule, output)
+        self._call("after_schedule", self.hooks.after_schedule, output)
         return output
 
     def _refresh_metrics(self) -> None:
@@ -398,8 +414,7 @@ class PolicySchedulerMixin:
             running=(self._tenant_of(r) for r in self.running),
             fairness=self.pipeline.fairness, watermarks=self._block_quota,
             kv_usage=self.kv_cache_manager.usage)
-        for refresh in self.hooks.refresh_metrics:
-            refresh(metrics)
+        self._call("refresh_metrics", self.hooks.refresh_metrics, metrics)
 
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
                                    num_new_tokens: int) -> int:
@@ -513,7 +528,7 @@ class PolicySchedulerMixin:
         if self.pipeline.levels is not None:
             self._call("levels", [self.pipeline.levels.on_preempted],
                        self._tracked[request.request_id].admitted)
-        with self.hooks.released(request, preempted=True):
+        with self._releasing(request, preempted=True):
             super()._preempt_request(request, timestamp, drop_stale_output)
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
@@ -522,8 +537,33 @@ class PolicySchedulerMixin:
             view = request_view(request, tracked.metadata, tracked.admitted.cached_tokens)
             self._call("observers", [o.on_finished for o in self._observers], view,
                        self.clock())
-        with self.hooks.released(request, preempted=False):
+        with self._releasing(request, preempted=False):
             return super()._free_request(request, delay_free_blocks)
+
+    @contextlib.contextmanager
+    def _releasing(self, request: Request, *, preempted: bool) -> Iterator[None]:
+        """The hooks' `SchedulerHook.releasing` contexts around vLLM freeing ``request``.
+
+        A hook that raises on entering or leaving is contained (seam ``releasing``): its
+        context is skipped, the others and vLLM's own freeing still run.
+        """
+        entered = []
+        for enter in self.hooks.releasing:
+            try:
+                context = enter(request, preempted=preempted)
+                context.__enter__()
+            except Exception as error:  # noqa: BLE001 - contained: this hook not around
+                self.faults.record("releasing", error)
+            else:
+                entered.append(context)
+        try:
+            yield
+        finally:
+            for context in reversed(entered):
+                try:
+                    context.__exit__(None, None, None)
+                except Exception as error:  # noqa: BLE001 - contained
+                    self.faults.record("releasing", error)
 
 
 class PolicyScheduler(PolicySchedulerMixin, Scheduler):
