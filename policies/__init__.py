@@ -12,7 +12,7 @@ from policies.admission import (
     QueueDepthLimit,
 )
 from policies.cache_aware import CacheAwareRanker, LoadAwareRanking
-from policies.cache_warming import PrefixWarmer, PrefixWarmerStats, WarmPrefix
+from policies.cache_warming import PrefixWarmer, PrefixWarmerStats, WarmingPolicy, WarmPrefix
 from policies.clock import ManualClock
 from policies.deadline import EDFRanker
 from policies.errors import InvalidRequestMetadata
@@ -27,6 +27,7 @@ from policies.eviction import (
 from policies.fairness import WFQ, WFQStats
 from policies.isolation import (
     PrefillBudgetStats,
+    QuotaPolicy,
     TenantPrefillBudget,
     TenantQuota,
     TenantUsage,
@@ -52,7 +53,7 @@ from policies.pd_router import (
     RouteReason,
     chain_keys,
 )
-from policies.pd_scheduling import DecodeKVGate
+from policies.pd_scheduling import DecodeKVGate, StartGate
 from policies.prefill_guard import InteractivePrefillGuard, PrefillGuardStats
 from policies.prompt_versions import PromptVersions
 from policies.protocols import (
@@ -90,6 +91,7 @@ from policies.speculative import (
     SpecMetricsStats,
     SpeculationBudget,
     SpeculationBudgetStats,
+    SpeculationPolicy,
     SuffixAutomaton,
     SuffixDrafter,
 )
@@ -116,6 +118,7 @@ __all__ = [
     "PrefillBudgetStats",
     "TenantPrefillBudget",
     "TenantQuota",
+    "QuotaPolicy",
     "TenantUsage",
     "TokenCaps",
     "DEFAULT_TENANT",
@@ -139,6 +142,7 @@ __all__ = [
     "RouteReason",
     "chain_keys",
     "DecodeKVGate",
+    "StartGate",
     "PDPlan", "PDPlanner",
     "EDFRanker",
     "EvictionOrder",
@@ -152,6 +156,7 @@ __all__ = [
     "InteractivePrefillGuard",
     "PrefillGuardStats",
     "PrefixWarmer",
+    "WarmingPolicy",
     "PrefixWarmerStats",
     "WarmPrefix",
     "LoadAwareRanking",
@@ -186,6 +191,7 @@ __all__ = [
     "SpecMetricsStats",
     "SpeculationBudget",
     "SpeculationBudgetStats",
+    "SpeculationPolicy",
     "SuffixAutomaton",
     "SuffixDrafter",
 ]

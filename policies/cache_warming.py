@@ -17,7 +17,7 @@ across a restart, so a fresh engine warms what its predecessor learned before tr
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -35,6 +35,34 @@ class WarmPrefix:
     """Its token ids: whole blocks."""
     score: float
     """Decayed number of requests that opened with it."""
+
+
+@runtime_checkable
+class WarmingPolicy(Protocol):
+    """Learns the prompt prefixes that recur and names the ones to warm while the engine is
+    quiet (`PrefixWarmer`); the ``warming`` slot of a pipeline."""
+
+    max_prefixes: int
+    """The most prefixes it names at once (the integration sizes its probe cache by it)."""
+
+    def observe(self, block_keys: Sequence[Hashable], tokens: Sequence[int], block_size: int,
+                now: float) -> bool:
+        """An admitted request opened with ``tokens``; whether a prefix turned hot."""
+        ...
+
+    def next_to_warm(self, load: LoadSnapshot,
+                     is_cached: Callable[[WarmPrefix], bool]) -> list[WarmPrefix]:
+        """The prefixes to prefill now with one-token requests."""
+        ...
+
+    def snapshot(self, now: float) -> list[dict[str, Any]]:
+        """The hot prefixes as JSON-able records (`restore` reads them)."""
+        ...
+
+    def restore(self, records: Sequence[dict[str, Any]], block_keys: Callable[
+            [Sequence[int]], Sequence[Hashable]], block_size: int, now: float) -> None:
+        """Learn the prefixes of a `snapshot`."""
+        ...
 
 
 @attrs.frozen(kw_only=True)

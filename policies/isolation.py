@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -164,6 +165,17 @@ class TenantUsage:
     kv_blocks: Mapping[str, int]
     max_running_requests: int
     total_kv_blocks: int
+
+
+@runtime_checkable
+class QuotaPolicy(Protocol):
+    """Which backlogged tenants the fairness policy may pick, given what each holds now
+    (`TenantQuota`); the ``quotas`` slot of a pipeline."""
+
+    def eligible(self, backlogged: list[str], usage: TenantUsage) -> list[str]:
+        """A subset of ``backlogged``, non-empty when it is (the fairness policy picks among
+        them)."""
+        ...
 
 
 @attrs.frozen(kw_only=True)

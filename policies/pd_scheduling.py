@@ -11,12 +11,25 @@ for a flatter ITL.
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import attrs
 
 
 def _usage_bound(_instance: object, attribute: attrs.Attribute, value: float) -> None:
     if not 0.0 < value <= 1.0:  # also rejects NaN
         raise ValueError(f"{attribute.name} must be in (0, 1], got {value!r}")
+
+
+@runtime_checkable
+class StartGate(Protocol):
+    """How many leading waiting requests may start this step (`DecodeKVGate`); the
+    ``start_gate`` slot of a pipeline."""
+
+    def startable(self, needed_blocks: list[int], *, used_blocks: int, total_blocks: int,
+                  running_requests: int) -> int:
+        """How many leading requests of the queue (``needed_blocks`` each) may start now."""
+        ...
 
 
 @attrs.frozen(kw_only=True)

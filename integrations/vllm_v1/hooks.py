@@ -20,11 +20,71 @@ then `before_update` at the start of ``update_from_output``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from integrations.vllm_v1.metrics import PolicyMetrics
+    from integrations.vllm_v1.pipeline import Pipeline
+    from policies import LoadSnapshot, RequestMetadata
+
+
+@runtime_checkable
+class SchedulerAccess(Protocol):
+    """What a hook may read and change on the scheduler that built it (`PolicyScheduler`).
+
+    A hook is built as ``factory(scheduler)`` or ``factory(scheduler, policy)`` and keeps
+    the scheduler; it uses only these members (``tests/vllm_v1/scheduling/test_hook_access.py``
+    reads every hook's source to check). It may change three things: how many waiting
+    requests start this step (`limit_starts`, lower only), requests it adds itself
+    (`add_request`, e.g. warm-up requests) and the drafts of running requests
+    (``request.spec_token_ids``, the draft budget). Everything else is read only: vLLM's own
+    objects (``requests``, ``running``, ``waiting.head(n)``, ``kv_holding_waiting``, the KV
+    cache manager, the configs) through `integrations.vllm_v1.vllm_surface` where a vLLM
+    internal is involved.
+    """
+
+    pipeline: Pipeline
+    """The policies this scheduler runs (a hook reads its own slot's policy from here)."""
+    metrics: PolicyMetrics | None
+    """The pipeline's Prometheus metrics, if the engine exports them."""
+    faults: Any
+    """`PolicyFaults`: a hook that contains a fault of its own policy records it here."""
+    clock: Callable[[], float]
+    """The scheduler's clock (the replay's virtual one in replays)."""
+    vllm_config: Any
+    scheduler_config: Any
+    cache_config: Any
+    kv_cache_config: Any
+    max_model_len: int
+    block_size: int
+    hash_block_size: int
+    kv_cache_manager: Any
+    """vLLM's KV cache manager (block pool, prefix lookups)."""
+    requests: dict[str, Any]
+    """vLLM's requests by id."""
+    running: list[Any]
+    """The running requests, in service order."""
+    waiting: Any
+    """The waiting queue (`PolicyRequestQueue`): read its first requests with ``head(n)``."""
+    kv_holding_waiting: Any
+    """Waiting requests that already hold KV blocks (remote KV loaded)."""
+
+    def step_load(self) -> LoadSnapshot:
+        """The load as this step began."""
+        ...
+
+    def tracked_metadata(self, request: Any) -> RequestMetadata:
+        """The scheduling metadata of an admitted request."""
+        ...
+
+    def limit_starts(self, startable: int) -> None:
+        """Let at most ``startable`` waiting requests start this step (lower only)."""
+        ...
+
+    def add_request(self, request: Any) -> None:
+        """Add a request of the hook's own (e.g. a warm-up request)."""
+        ...
 
 
 class SchedulerHook:

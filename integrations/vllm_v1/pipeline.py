@@ -16,14 +16,14 @@ from policies import (
     FairnessPolicy,
     FCFSOrder,
     LevelPolicy,
+    QuotaPolicy,
     RankingPolicy,
-    TenantQuota,
+    SpeculationPolicy,
+    StartGate,
     TokenCapPolicy,
+    WarmingPolicy,
 )
-from policies.cache_warming import PrefixWarmer
 from policies.eviction import EvictionOrder
-from policies.pd_scheduling import DecodeKVGate
-from policies.speculative import SpeculationBudget
 
 
 def _implements(protocol: type, optional: bool = False):
@@ -78,19 +78,19 @@ class Pipeline:
     )
     """Drops waiting requests that can no longer meet their deadline and demotes late running
     ones (e.g. `EDFRanker`), whatever the ranking; ``None``: the ranking's, if it has them."""
-    quotas: TenantQuota | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(TenantQuota))
+    quotas: QuotaPolicy | None = attrs.field(
+        default=None, validator=_implements(QuotaPolicy, optional=True)
     )
     """Per-tenant running-slot and KV-block quotas, work-conserving (`TenantQuota`); needs
     ``fairness``, which picks among the tenants under quota."""
-    speculation: SpeculationBudget | None = attrs.field(
-        default=None,
-        validator=attrs.validators.optional(attrs.validators.instance_of(SpeculationBudget)))
+    speculation: SpeculationPolicy | None = attrs.field(
+        default=None, validator=_implements(SpeculationPolicy, optional=True)
+    )
     """Caps each running request's draft tokens by class and load before a step (needs a
     ``speculative_config``; see `integrations.vllm_v1.speculative.budget`)."""
-    warming: PrefixWarmer | None = attrs.field(
-        default=None,
-        validator=attrs.validators.optional(attrs.validators.instance_of(PrefixWarmer)))
+    warming: WarmingPolicy | None = attrs.field(
+        default=None, validator=_implements(WarmingPolicy, optional=True)
+    )
     """Learns recurring prompt prefixes and pre-populates them while the engine is quiet
     (see `integrations.vllm_v1.cache.warming`)."""
     warming_state_path: str | None = None
@@ -100,9 +100,8 @@ class Pipeline:
     )
     """Which unreferenced prefix-cache block is evicted next (e.g. `SegmentedLRU`);
     ``None`` keeps vLLM's LRU (see `integrations.vllm_v1.cache.eviction`)."""
-    start_gate: DecodeKVGate | None = attrs.field(
-        default=None,
-        validator=attrs.validators.optional(attrs.validators.instance_of(DecodeKVGate)),
+    start_gate: StartGate | None = attrs.field(
+        default=None, validator=_implements(StartGate, optional=True)
     )
     """Holds waiting requests back while starting them would push KV usage past a bound
     (`DecodeKVGate`, for PD decode instances); see `integrations.vllm_v1.scheduling.start_gate`."""

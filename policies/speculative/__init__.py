@@ -7,7 +7,11 @@
 """
 
 from policies.speculative.automaton import AutomatonStats, SuffixAutomaton
-from policies.speculative.budget import SpeculationBudget, SpeculationBudgetStats
+from policies.speculative.budget import (
+    SpeculationBudget,
+    SpeculationBudgetStats,
+    SpeculationPolicy,
+)
 from policies.speculative.drafter import (
     Draft,
     DraftConfig,
@@ -30,6 +34,7 @@ __all__ = [
     "SpecMetricsStats",
     "SpeculationBudget",
     "SpeculationBudgetStats",
+    "SpeculationPolicy",
     "SuffixAutomaton",
     "SuffixDrafter",
 ]

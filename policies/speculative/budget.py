@@ -8,6 +8,8 @@ the waiting work. `SpeculationBudget` is the policy the scheduling pipeline cons
 
 from __future__ import annotations
 
+from typing import Protocol, runtime_checkable
+
 import attrs
 
 from policies.validators import at_least, fraction
@@ -22,6 +24,21 @@ def _optional_non_negative(_instance: object, attribute: attrs.Attribute,
                            value: int | None) -> None:
     if value is not None and value < 0:
         raise ValueError(f"{attribute.name} must be >= 0, got {value!r}")
+
+
+@runtime_checkable
+class SpeculationPolicy(Protocol):
+    """The most draft tokens a running request may have verified this step
+    (`SpeculationBudget`); the ``speculation`` slot of a pipeline."""
+
+    @property
+    def reads_load(self) -> bool:
+        """Whether `limit` reads ``load`` (the scheduler builds it only then)."""
+        ...
+
+    def limit(self, slo_class: str | None, load: LoadSnapshot | None = None) -> int:
+        """The draft-token cap for ``slo_class`` (None: the default class) under ``load``."""
+        ...
 
 
 @attrs.frozen(kw_only=True)
@@ -65,6 +82,11 @@ class SpeculationBudget:
     def clear(self, slo_class: str) -> None:
         """Drop the override for ``slo_class`` (no-op without one)."""
         self._limits.pop(slo_class, None)
+
+    @property
+    def reads_load(self) -> bool:
+        """Whether the load rule is on (``busy_max_draft_tokens`` is set)."""
+        return self.busy_max_draft_tokens is not None
 
     def busy(self, load: LoadSnapshot) -> bool:
         """Whether ``load`` triggers the load rule."""

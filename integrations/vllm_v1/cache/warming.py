@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from integrations.vllm_v1.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 from integrations.vllm_v1.vllm_surface.names import (
     Request,
     SamplingParams,
@@ -28,7 +28,7 @@ from integrations.vllm_v1.vllm_surface.names import (
     get_request_block_hasher,
 )
 from policies import LoadSnapshot
-from policies.cache_warming import PrefixWarmer, WarmPrefix
+from policies.cache_warming import WarmingPolicy, WarmPrefix
 
 WARM_ID_PREFIX = "warm-"
 WARM_TENANT = "warming"
@@ -40,7 +40,7 @@ class CacheWarmingHook(SchedulerHook):
     """The pipeline's ``warming`` slot: observes admitted requests and, when the warmer says
     so, adds warm-up requests."""
 
-    def __init__(self, scheduler: Any, warmer: PrefixWarmer, *, save_interval_s: float = 30.0,
+    def __init__(self, scheduler: SchedulerAccess, warmer: WarmingPolicy, *, save_interval_s: float = 30.0,
                  check_interval_s: float = 1.0) -> None:
         """The hot set is kept at the pipeline's ``warming_state_path``; warm-up requests are
         counted on the scheduler's metrics, if any."""

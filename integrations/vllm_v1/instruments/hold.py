@@ -9,10 +9,9 @@ drains in the pipeline's order. Named in the configuration:
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
-from integrations.vllm_v1.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 
 HOLD_HOOK = "integrations.vllm_v1.instruments.hold:HoldHook"
 
@@ -20,7 +19,7 @@ HOLD_HOOK = "integrations.vllm_v1.instruments.hold:HoldHook"
 class HoldHook(SchedulerHook):
     """Starts no waiting request while the config's ``hold_path`` exists."""
 
-    def __init__(self, scheduler: Any) -> None:
+    def __init__(self, scheduler: SchedulerAccess) -> None:
         self.scheduler = scheduler
         self.path = config_entry(scheduler.vllm_config.additional_config).get("hold_path")
         if not self.path:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
-from integrations.vllm_v1.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 from integrations.vllm_v1.instruments.harness import scheduled_work
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.serving.engine import engine_kwargs
@@ -59,7 +59,7 @@ def read_step_log(path: str | Path) -> list[dict]:
 class StepLogHook(SchedulerHook):
     """Writes the arrivals and timed steps of ``scheduler`` to the config's ``step_log`` path."""
 
-    def __init__(self, scheduler: Any) -> None:
+    def __init__(self, scheduler: SchedulerAccess) -> None:
         self.scheduler = scheduler
         path = config_entry(scheduler.vllm_config.additional_config).get("step_log")
         if not path:

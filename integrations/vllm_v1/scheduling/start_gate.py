@@ -11,10 +11,8 @@ no new blocks.
 
 from __future__ import annotations
 
-from typing import Any
-
-from integrations.vllm_v1.hooks import SchedulerHook
-from policies.pd_scheduling import DecodeKVGate
+from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
+from policies.pd_scheduling import StartGate
 
 MAX_LOOKAHEAD_REQUESTS = 64
 """Waiting requests the gate looks at per step (more never start in one step anyway)."""
@@ -23,7 +21,7 @@ MAX_LOOKAHEAD_REQUESTS = 64
 class StartGateHook(SchedulerHook):
     """Holds waiting requests back while starting them would push KV usage past the gate's bound."""
 
-    def __init__(self, scheduler: Any, gate: DecodeKVGate) -> None:
+    def __init__(self, scheduler: SchedulerAccess, gate: StartGate) -> None:
         self.scheduler = scheduler
         self.gate = gate
 

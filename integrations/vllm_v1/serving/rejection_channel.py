@@ -37,10 +37,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from integrations.vllm_v1 import hooks as hook_points
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
-from integrations.vllm_v1.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 from integrations.vllm_v1.rejection import Rejection
 
 CHANNEL_KEY = "rejection_channel"
@@ -75,10 +74,9 @@ def channel_address(entry: Any) -> str | None:
 class RejectionChannelHook(SchedulerHook):
     """Engine side: sends each rejected request's ticket and `Rejection` to the API server."""
 
-    def __init__(self, scheduler: Any) -> None:
+    def __init__(self, scheduler: SchedulerAccess) -> None:
         import zmq
 
-        self.scheduler = scheduler
         address = channel_address(config_entry(scheduler.vllm_config.additional_config))
         if address is None:
             raise PipelineConfigError(f"{CONFIG_KEY}.{CHANNEL_KEY} must name the channel's "
@@ -91,17 +89,10 @@ class RejectionChannelHook(SchedulerHook):
         self._socket.connect(address)
         self.sent = 0
         self.dropped = 0
-        # Until PolicyScheduler calls `on_rejected`, read its pending rejections each step.
-        self._polls = "on_rejected" not in hook_points.POINTS
 
     def on_rejected(self, request: Any, rejection: Rejection) -> None:
         """``request`` was rejected (called by the scheduler once per rejection)."""
         self._publish(request, rejection)
-
-    def before_update(self, scheduler_output: Any, model_runner_output: Any) -> None:
-        if self._polls:  # the rejections this update is about to emit
-            for entry in self.scheduler._rejected:
-                self._publish(entry.request, entry.rejection)
 
     def _publish(self, request: Any, rejection: Rejection) -> None:
         params = getattr(request, "sampling_params", None)

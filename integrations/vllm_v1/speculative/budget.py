@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from integrations.vllm_v1.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 from policies import LoadSnapshot
-from policies.speculative import SpeculationBudget
+from policies.speculative import SpeculationPolicy
 
 
-def cap_drafts(running: Iterable[Any], budget: SpeculationBudget,
+def cap_drafts(running: Iterable[Any], budget: SpeculationPolicy,
                slo_class_of: Callable[[Any], str | None], load: LoadSnapshot | None
                ) -> Counter[str]:
     """Trim each running request's drafts to ``budget.limit(class, load)`` (``load`` None:
@@ -43,13 +43,13 @@ class DraftBudgetHook(SchedulerHook):
     """The pipeline's ``speculation`` slot: `cap_drafts` before every step, withheld tokens
     counted on ``/metrics``."""
 
-    def __init__(self, scheduler: Any, budget: SpeculationBudget) -> None:
+    def __init__(self, scheduler: SchedulerAccess, budget: SpeculationPolicy) -> None:
         self.scheduler = scheduler
         self.budget = budget
 
     def before_schedule(self, now: float) -> None:
         scheduler = self.scheduler
-        load = None if self.budget.busy_max_draft_tokens is None else scheduler.step_load()
+        load = scheduler.step_load() if self.budget.reads_load else None
         withheld = cap_drafts(scheduler.running, self.budget,
                               lambda r: scheduler.tracked_metadata(r).slo_class, load)
         if scheduler.metrics is not None:
