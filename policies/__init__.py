@@ -64,6 +64,7 @@ from policies.protocols import (
     LevelPolicy,
     LifecycleObserver,
     RankingPolicy,
+    StepObserver,
     TokenCapPolicy,
 )
 from policies.ranking import FCFSOrder, QoSRanker
@@ -76,7 +77,6 @@ from policies.slo_admission import (
     SLODecision,
     SLOTarget,
     SLOVerdict,
-    StepTimeModel,
     TTFTDeadlineRanker,
 )
 from policies.speculative import (
@@ -96,6 +96,13 @@ from policies.speculative import (
     SuffixDrafter,
 )
 from policies.step_budget import StepPrefillBudget, StepPrefillBudgetStats
+from policies.step_model import (
+    CONSERVATIVE_PRIOR,
+    OnlineStepTimeModel,
+    StepFeatures,
+    StepModelStats,
+    StepTimeModel,
+)
 from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
@@ -110,6 +117,11 @@ __all__ = [
     "StepPrefillBudget",
     "StepPrefillBudgetStats",
     "StepTimeModel",
+    "StepObserver",
+    "OnlineStepTimeModel",
+    "StepFeatures",
+    "StepModelStats",
+    "CONSERVATIVE_PRIOR",
     "TTFTDeadlineRanker",
     "Tier",
     "TierMove",

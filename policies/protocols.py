@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 from policies.admission import AdmissionDecision
+from policies.step_model import StepFeatures
 from policies.views import LoadSnapshot, RequestView
 
 
@@ -133,4 +134,13 @@ class DeadlinePolicy(Protocol):
 
     def is_late(self, request: RequestView, now: float) -> bool:
         """A running request already past the point where it can meet its deadline."""
+        ...
+
+
+@runtime_checkable
+class StepObserver(Protocol):
+    """Learns from each engine step: what it ran and how long it took (`OnlineStepTimeModel`)."""
+
+    def observe(self, features: StepFeatures, duration_s: float) -> None:
+        """One step of ``features`` took ``duration_s`` seconds."""
         ...

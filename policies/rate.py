@@ -11,7 +11,7 @@ force until the next one:
 
     kv_pressure    = clamp((kv_usage - kv_pressure_start) / (kv_pressure_full - kv_pressure_start))
     queue_pressure = waiting_requests / (waiting_requests + running_requests)   (0 when both are 0)
-    pressure       = max(kv_pressure, queue_pressure)                           in [0, 1]
+    pressure       = max(kv_pressure, queue_pressure) while requests wait, else 0   in [0, 1]
     refill_per_s   = max_refill_per_s - pressure * (max_refill_per_s - min_refill_per_s)
 
 so an idle engine refills at ``max_refill_per_s`` and a loaded one at
@@ -144,7 +144,10 @@ class TokenBucket:
     # -- pure helpers ----------------------------------------------------------
 
     def pressure(self, load: LoadSnapshot) -> float:
-        """Load pressure in [0, 1]: the larger of KV pressure and queue pressure (module doc)."""
+        """Load pressure in [0, 1]: the larger of KV pressure and queue pressure (module doc);
+        KV pressure counts only while requests wait."""
+        if not load.waiting_requests:
+            return 0.0
         span = self.kv_pressure_full - self.kv_pressure_start
         kv_pressure = min(1.0, max(0.0, (load.kv_usage - self.kv_pressure_start) / span))
         queued = load.waiting_requests + load.running_requests

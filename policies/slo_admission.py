@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import ClassVar
 
 import attrs
 
 from policies.admission import AdmissionDecision
+from policies.step_model import OnlineStepTimeModel, StepTimeModel
 from policies.validators import at_least, finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
 
@@ -49,30 +52,10 @@ class SLOTarget:
     tpot_s: float = attrs.field(validator=finite_positive)
 
 
-@attrs.frozen(kw_only=True)
-class StepTimeModel:
-    """An engine step's duration, linear in what it runs: ``base_s + decode_s_per_seq · decodes
-    + decode_s_per_context_token · their context tokens + prefill_s_per_token · prefill
-    tokens`` (fit it over the batch sizes that matter)."""
-
-    base_s: float = attrs.field(validator=finite_non_negative)
-    decode_s_per_seq: float = attrs.field(validator=finite_non_negative)
-    prefill_s_per_token: float = attrs.field(validator=finite_positive)
-    decode_s_per_context_token: float = attrs.field(default=0.0, validator=finite_non_negative)
-
-    def step_s(self, decodes: int, prefill_tokens: int, context_tokens: int = 0) -> float:
-        """Seconds one step with ``decodes`` decoding sequences holding ``context_tokens`` in
-        all and ``prefill_tokens`` prefill tokens takes."""
-        return (self.base_s + self.decode_s_per_seq * decodes
-                + self.decode_s_per_context_token * context_tokens
-                + self.prefill_s_per_token * prefill_tokens)
-
-    def prefill_tokens_per_s(self, decodes: int, prefill_tokens_per_step: int,
-                             context_tokens: int = 0) -> float:
-        """Prefill throughput when every step carries ``prefill_tokens_per_step`` beside
-        ``decodes`` decoding sequences of ``context_tokens`` in all."""
-        return prefill_tokens_per_step / self.step_s(decodes, prefill_tokens_per_step,
-                                                     context_tokens)
+DEFAULT_OUTPUT_TOKENS = 256
+"""Expected output of a request before any has finished (within its ``max_tokens``)."""
+OUTPUT_MEMORY_REQUESTS = 200
+"""The expected output follows about the last this many finished requests."""
 
 
 @attrs.frozen(kw_only=True)
@@ -102,13 +85,21 @@ class PrefillLedger:
     second chunk's view shows what the first really covered) and assumes it for the others;
     a request wrongly taken as done is put back by its next chunk.
 
+    Where the scheduler looks each request's prefix-cache hit up on arrival (it does for
+    `SLOAdmission`, whose ``reads_prefix_hits`` asks for it), set ``learn_tenant_hits=False``:
+    the request's own hit (`RequestView.cached_tokens`) is then the whole estimate, so a
+    session's first call is not taken to hit like its tenant's later ones.
+
     Guarantee: ``backlog_tokens`` is always the sum of the requests' remaining tokens, and the
     decoding context the sum of the decoding requests' prompts (`check_invariants`). O(1) per
     event.
     """
 
+    learn_tenant_hits: bool = True
+    """Assume each tenant's learned hit for requests whose own hit is unknown (0)."""
+
     _entries: dict[str, list] = attrs.field(init=False, factory=dict, repr=False)
-    """request id -> [tenant, remaining, chunks seen, tokens granted]"""
+    """request id -> [tenant, remaining, chunks seen, tokens granted, prompt tokens]"""
     _backlog: int = attrs.field(init=False, default=0, repr=False)
     _decoding: dict[str, tuple[str | None, int, int]] = attrs.field(init=False, factory=dict,
                                                                      repr=False)
@@ -116,10 +107,23 @@ class PrefillLedger:
     prefill done"""
     _decoding_context: int = attrs.field(init=False, default=0, repr=False)
     _cached: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
+    _on_prefill_done: Callable[[str, float], None] | None = attrs.field(
+        init=False, default=None, repr=False)
+    _kv: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
+    """Admitted, unfinished request id -> the KV tokens it will hold (prompt + expected output)."""
+    _kv_demand: int = attrs.field(init=False, default=0, repr=False)
+    _decode_start: dict[str, float] = attrs.field(init=False, factory=dict, repr=False)
+    _mean_output: float | None = attrs.field(init=False, default=None, repr=False)
+
+    def listen(self, on_prefill_done: Callable[[str, float], None]) -> None:
+        """Call ``on_prefill_done(request id, now)`` when a chunk completes a request's
+        prompt (its first token comes with that step)."""
+        self._on_prefill_done = on_prefill_done
 
     def expected_cached_tokens(self, tenant: str) -> int:
-        """The prefix-cache hit the ledger has learned for ``tenant``'s requests (0 at first)."""
-        return self._cached.get(tenant, 0)
+        """The prefix-cache hit the ledger has learned for ``tenant``'s requests (0 at first,
+        and always without ``learn_tenant_hits``)."""
+        return self._cached.get(tenant, 0) if self.learn_tenant_hits else 0
 
     def _set(self, request: RequestView, remaining: int, chunks: int, granted: int) -> None:
         entry = self._entries.pop(request.request_id, None)
@@ -132,7 +136,8 @@ class PrefillLedger:
                 self._decoding_context += request.prompt_tokens
             return
         self._stop_decoding(request.request_id)
-        self._entries[request.request_id] = [request.tenant, remaining, chunks, granted]
+        self._entries[request.request_id] = [request.tenant, remaining, chunks, granted,
+                                             request.prompt_tokens]
         self._backlog += remaining
 
     def _stop_decoding(self, request_id: str) -> None:
@@ -152,9 +157,14 @@ class PrefillLedger:
         chunks, granted = (entry[2], entry[3]) if entry is not None else (0, 0)
         if chunks == 1 and request.computed_tokens > granted:  # the first chunk's hit, revealed
             self._cached[request.tenant] = request.computed_tokens - granted
-        assumed = self.expected_cached_tokens(request.tenant) if chunks == 0 else 0
+        assumed = max(self.expected_cached_tokens(request.tenant),
+                      request.cached_tokens - request.computed_tokens) if chunks == 0 else 0
         remaining = request.prompt_tokens - request.computed_tokens - tokens - assumed
         self._set(request, remaining, chunks + 1, granted + tokens)
+        if remaining <= 0:
+            self._decode_start.setdefault(request.request_id, now)
+            if self._on_prefill_done is not None:
+                self._on_prefill_done(request.request_id, now)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -163,18 +173,51 @@ class PrefillLedger:
         if request.request_id in self._entries or request.request_id in self._decoding:
             return
         self._set(request, self.prefill_tokens(request), 0, 0)
+        footprint = request.prompt_tokens + self.expected_output_tokens(request)
+        self._kv[request.request_id] = footprint
+        self._kv_demand += footprint
 
     def on_first_scheduled(self, request: RequestView, now: float) -> None:
         pass
 
     def on_finished(self, request: RequestView, now: float) -> None:
-        """Forget the request."""
+        """Forget the request; learn its output length."""
         entry = self._entries.pop(request.request_id, None)
         if entry is not None:
             self._backlog -= entry[1]
         self._stop_decoding(request.request_id)
+        self._kv_demand -= self._kv.pop(request.request_id, 0)
+        self._decode_start.pop(request.request_id, None)
+        if request.output_tokens:
+            mean = self._mean_output
+            self._mean_output = float(request.output_tokens) if mean is None else (
+                mean + (request.output_tokens - mean) / OUTPUT_MEMORY_REQUESTS)
 
     # -- reading ---------------------------------------------------------------
+
+    def expected_output_tokens(self, request: RequestView) -> int:
+        """Output tokens ``request`` is expected to generate: the mean of finished requests
+        (an exponential average), within its ``max_output_tokens``."""
+        limit = request.max_output_tokens or math.inf
+        mean = self._mean_output if self._mean_output is not None else DEFAULT_OUTPUT_TOKENS
+        return int(min(limit, round(mean)))
+
+    @property
+    def kv_demand_tokens(self) -> int:
+        """KV tokens the admitted, unfinished requests will hold (prompts + expected outputs)."""
+        return self._kv_demand
+
+    def kv_releases(self, now: float, tpot_s: float) -> list[tuple[float, int]]:
+        """``(when, KV tokens)`` the decoding requests free, earliest first, each finishing its
+        expected output at ``tpot_s`` a token from when its decoding began."""
+        kv, expected = self._kv, self._mean_output or DEFAULT_OUTPUT_TOKENS
+        releases = []
+        for rid, start in self._decode_start.items():
+            footprint = kv.get(rid)
+            if footprint is not None:
+                releases.append((max(now, start + expected * tpot_s), footprint))
+        releases.sort()
+        return releases
 
     def prefill_tokens(self, request: RequestView) -> int:
         """Prefill tokens a new ``request`` needs: its prompt less the expected hit (>= 1)."""
@@ -186,18 +229,19 @@ class PrefillLedger:
         entry = self._entries.get(request_id)
         return 0 if entry is None else entry[1]
 
-    def with_prefill(self) -> list[tuple[str, int]]:
-        """``(request id, remaining prefill tokens)`` of every request with some left."""
-        return [(rid, entry[1]) for rid, entry in self._entries.items()]
+    def with_prefill(self) -> list[tuple[str, int, int]]:
+        """``(request id, remaining prefill tokens, tokens before them)`` of every request with
+        some left (the last is the context its remaining chunks attend to)."""
+        return [(rid, entry[1], entry[4] - entry[1]) for rid, entry in self._entries.items()]
 
     @property
     def backlog_tokens(self) -> int:
         """All remaining prefill tokens."""
         return self._backlog
 
-    def decoding_classes(self) -> set[str | None]:
-        """The SLO classes of the requests decoding now."""
-        return {cls for cls, _, _ in self._decoding.values()}
+    def decoding_ids(self) -> Iterable[str]:
+        """The ids of the requests decoding now."""
+        return self._decoding.keys()
 
     def decoding_priorities(self) -> set[int]:
         """The priorities of the requests decoding now."""
@@ -220,6 +264,8 @@ class PrefillLedger:
         assert self._backlog == sum(entry[1] for entry in self._entries.values())
         assert not set(self._entries) & set(self._decoding)
         assert self._decoding_context == sum(p for _, p, _ in self._decoding.values())
+        assert self._kv_demand == sum(self._kv.values())
+        assert set(self._decode_start) <= set(self._kv) | set(self._decoding)
         assert all(v >= 0 for v in self._cached.values())
 
 
@@ -228,6 +274,31 @@ def _targets(_instance: object, attribute: attrs.Attribute, value: Mapping) -> N
         if not isinstance(cls, str) or not isinstance(target, SLOTarget):
             raise ValueError(f"{attribute.name} must map class names to SLOTarget, got "
                              f"{cls!r}: {target!r}")
+
+
+def resolve_class(request: RequestView, slos: Mapping[str, SLOTarget],
+                  tenant_classes: Mapping[str, str],
+                  length_classes: tuple[tuple[int, str], ...]) -> str | None:
+    """The class ``request`` is judged by: its own ``slo_class`` if it has a target, else its
+    tenant's class, else the first length class whose bound its prompt is within."""
+    if request.slo_class is not None and request.slo_class in slos:
+        return request.slo_class
+    by_tenant = tenant_classes.get(request.tenant)
+    if by_tenant is not None:
+        return by_tenant
+    for bound, cls in length_classes:
+        if request.prompt_tokens <= bound:
+            return cls
+    return None
+
+
+def _classes_known(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    slos = instance.slos
+    names = value.values() if isinstance(value, Mapping) else (
+        [cls for _, cls in value] if attribute.name == "length_classes" else value)
+    for cls in names:
+        if cls not in slos:
+            raise ValueError(f"{attribute.name}: class {cls!r} has no target in slos")
 
 
 @attrs.frozen(kw_only=True)
@@ -243,6 +314,13 @@ class TTFTDeadlineRanker:
 
     slos: Mapping[str, SLOTarget] = attrs.field(converter=dict, validator=_targets)
     default_ttft_s: float = attrs.field(default=60.0, validator=finite_positive)
+    tenant_classes: Mapping[str, str] = attrs.field(factory=dict, converter=dict,
+                                                    validator=_classes_known)
+    """Tenant -> the class of its requests that name none (as in `SLOAdmission`)."""
+    length_classes: tuple[tuple[int, str], ...] = attrs.field(default=(), converter=tuple,
+                                                              validator=_classes_known)
+    """``(max prompt tokens, class)`` for requests with no class otherwise (as in
+    `SLOAdmission`)."""
 
     def ttft_s(self, slo_class: str | None) -> float:
         """The first-token target of ``slo_class``."""
@@ -250,7 +328,8 @@ class TTFTDeadlineRanker:
         return self.default_ttft_s if target is None else target.ttft_s
 
     def rank_key(self, request: RequestView) -> float:
-        return request.arrival_s + self.ttft_s(request.slo_class)
+        return request.arrival_s + self.ttft_s(resolve_class(
+            request, self.slos, self.tenant_classes, self.length_classes))
 
     def effective_priority(self, request: RequestView, now: float) -> float:
         return self.rank_key(request) - now
@@ -293,6 +372,12 @@ class SLOAdmissionStats:
     """Requests admitted without a prediction: no class, or a class with no target."""
     tracked: int
     """Admitted requests whose deadline the admission test still weighs."""
+    headroom: float
+    """The headroom in force: the configured one, corrected by how late admitted requests'
+    first tokens have come against their predictions (`SLOAdmission.feedback_window`)."""
+    ttft_error_p90: float | None
+    """90th percentile of ``(measured - predicted TTFT) / TTFT target`` over the recent
+    admitted requests (None before any)."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -309,7 +394,8 @@ class SLOAdmission:
     prefill is served earliest deadline first (`TTFTDeadlineRanker`) at that rate.
 
     Guarantees:
-        * A request of a class without a target (or with no class) is always admitted.
+        * A request of a class without a target (or with no class) is always admitted, and so
+          is a request that finds the engine idle (nothing running or waiting).
         * Monotone: with more prefill work admitted ahead, or more requests running, a request
           that was rejected is still rejected, everything else equal.
         * Every rejection carries ``retry_after_s`` in ``[min_retry_after_s,
@@ -325,8 +411,10 @@ class SLOAdmission:
     """Target of each ``slo_class``."""
     ledger: PrefillLedger = attrs.field(validator=attrs.validators.instance_of(PrefillLedger))
     """The work ahead; the same object must sit in the pipeline's ``rate`` slot."""
-    step_model: StepTimeModel = attrs.field(
-        validator=attrs.validators.instance_of(StepTimeModel))
+    step_model: StepTimeModel | OnlineStepTimeModel = attrs.field(
+        validator=attrs.validators.instance_of((StepTimeModel, OnlineStepTimeModel)))
+    """The engine's step time: fixed, or learned from its steps (`OnlineStepTimeModel`, the
+    same object in the pipeline's ``step_model`` slot, which feeds it)."""
     max_prefill_tokens_per_step: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(at_least(1)))
     """Prefill tokens per step while requests decode (the `StepPrefillBudget` bound);
@@ -348,8 +436,22 @@ class SLOAdmission:
     """For a request whose ``slo_class`` has no target: ``(max prompt tokens, class)`` pairs,
     the first whose bound the prompt is within gives its class (e.g. ``((511, "short"),
     (2**31, "long"))``); none: the request is admitted unjudged."""
+    tenant_classes: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    """Tenant -> the class of its requests whose ``slo_class`` has no target (before
+    ``length_classes``)."""
+    protected_classes: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    """Classes whose TPOT every step keeps within ``protected_headroom`` of the target while
+    one of their requests decodes (a margin for the step model's error)."""
+    protected_headroom: float = attrs.field(default=1.0, validator=finite_positive)
     min_retry_after_s: float = attrs.field(default=1.0, validator=finite_non_negative)
     max_retry_after_s: float = attrs.field(default=60.0, validator=finite_non_negative)
+    feedback_window: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """Correct ``headroom`` from the last this many admitted requests' first tokens (0: off):
+    the headroom in force is ``headroom`` less the 90th percentile of their lateness against
+    the prediction, as a share of their TTFT target, within ``[min_headroom, 1]``. Predictions
+    that come true leave it as configured; first tokens later than predicted (a step model
+    still learning, KV waits the model does not see) lower it; earlier ones raise it."""
+    min_headroom: float = attrs.field(default=0.25, validator=finite_positive)
 
     _deadlines: dict[str, tuple[float, float]] = attrs.field(init=False, factory=dict,
                                                               repr=False)
@@ -359,6 +461,19 @@ class SLOAdmission:
     _rejected: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
     _unclassified: int = attrs.field(init=False, default=0, repr=False)
     _pending_class: dict[str, str] = attrs.field(init=False, factory=dict, repr=False)
+    _class_of: dict[str, str] = attrs.field(init=False, factory=dict, repr=False)
+    _predicted: dict[str, tuple[float, float, float]] = attrs.field(init=False, factory=dict,
+                                                                    repr=False)
+    """Admitted request id -> (arrival, predicted TTFT, TTFT target), until its first token."""
+    _pending_prediction: dict[str, tuple[float, float]] = attrs.field(init=False, factory=dict,
+                                                                      repr=False)
+    _errors: deque[float] = attrs.field(init=False, factory=deque, repr=False)
+    _headroom_now: float = attrs.field(init=False, default=0.0, repr=False)
+    """Admitted request id -> the class it is judged by (its TPOT binds while it decodes)."""
+
+    reads_prefix_hits: ClassVar[bool] = True
+    """Asks the scheduler to look each arrival's prefix-cache hit up (`RequestView.cached_tokens`):
+    cached tokens are not prefill work."""
 
     def __attrs_post_init__(self) -> None:
         if self.min_retry_after_s > self.max_retry_after_s:
@@ -373,18 +488,21 @@ class SLOAdmission:
             if cls not in self.slos:
                 raise ValueError(f"length_classes: class {cls!r} (prompts up to {bound}) has "
                                  "no target in slos")
+        for name in (*self.tenant_classes.values(), *self.protected_classes):
+            if name not in self.slos:
+                raise ValueError(f"class {name!r} (tenant_classes / protected_classes) has no "
+                                 "target in slos")
         for cls, lower in self.demotions.items():
             if lower not in self.slos:
                 raise ValueError(f"demotions[{cls!r}] = {lower!r} has no target in slos")
+        self._headroom_now = self.headroom
+        if self.feedback_window:
+            self._errors = deque(maxlen=self.feedback_window)
+            self.ledger.listen(self._first_token)
 
     def target_class(self, request: RequestView) -> str | None:
-        """The class ``request`` is judged by: its own if it has a target, else by length."""
-        if request.slo_class is not None and request.slo_class in self.slos:
-            return request.slo_class
-        for bound, cls in self.length_classes:
-            if request.prompt_tokens <= bound:
-                return cls
-        return None
+        """The class ``request`` is judged by (`resolve_class`)."""
+        return resolve_class(request, self.slos, self.tenant_classes, self.length_classes)
 
     # -- predictions ------------------------------------------------------------
 
@@ -400,20 +518,50 @@ class SLOAdmission:
         return per_step / step_s, step_s
 
     def _due(self, request: RequestView, target: SLOTarget) -> float:
-        return request.arrival_s + self.headroom * target.ttft_s
+        return request.arrival_s + self._headroom_now * target.ttft_s
+
+    def _first_token(self, request_id: str, now: float) -> None:
+        """Feedback: how late ``request_id``'s first token came against its prediction."""
+        entry = self._predicted.pop(request_id, None)
+        if entry is None:
+            return
+        arrival, predicted, target = entry
+        self._errors.append((now - arrival - predicted) / target)
+        if len(self._errors) >= min(20, self.feedback_window):
+            self._headroom_now = min(max(self.headroom - self._p90(), self.min_headroom), 1.0)
 
     def share(self, priority: int) -> float:
         """The share of the prefill rate a request of ``priority`` is planned on."""
         return self.planning_share.get(priority, 1.0)
 
-    def _late(self, load: LoadSnapshot, due: float, share: float, tokens: int
-              ) -> tuple[float, float]:
+    def kv_ready_s(self, request: RequestView, load: LoadSnapshot) -> float:
+        """When the KV cache has room for ``request`` beside what is admitted: now, if the
+        admitted requests' prompts and expected outputs leave room for its own; else when
+        enough decoding requests will have finished (each at the current step time a token);
+        ``inf`` if they cannot free enough. ``now`` when the capacity is unknown."""
+        capacity = load.kv_capacity_tokens
+        footprint = request.prompt_tokens + self.ledger.expected_output_tokens(request)
+        need = self.ledger.kv_demand_tokens + footprint - (capacity or 0)
+        if capacity is None or need <= 0:
+            return load.now
+        tpot_s = self.step_model.step_s(load.running_requests, self.prefill_per_step(load),
+                                        self.ledger.decoding_context_tokens)
+        freed = 0
+        for when, tokens in self.ledger.kv_releases(load.now, tpot_s):
+            freed += tokens
+            if freed >= need:
+                return when
+        return math.inf
+
+    def _late(self, load: LoadSnapshot, due: float, share: float, tokens: float,
+              kv_ready_s: float | None = None) -> tuple[float, float]:
         """``(lateness of a new request, most lateness it adds to an admitted one due later
         that was on time)`` under EDF; each request is planned on its share of the rate, and
         lateness <= 0 is on time."""
         rate, step_s = self._rate_and_step(load)
-        items = sorted((*self._deadlines.get(rid, (math.inf, 1.0)), work)
-                       for rid, work in self.ledger.with_prefill())
+        equivalents = self.step_model.prefill_token_equivalents
+        items = sorted((*self._deadlines.get(rid, (math.inf, 1.0)), equivalents(work, context))
+                       for rid, work, context in self.ledger.with_prefill())
         own_late, added, ahead = -math.inf, -math.inf, 0.0
         placed = False
         for item_due, item_share, work in items:
@@ -429,7 +577,14 @@ class SLOAdmission:
                     added = max(added, late)
         if not placed:
             own_late = load.now + (ahead + tokens) / (rate * share) + step_s - due
+        if kv_ready_s is not None and kv_ready_s > load.now:  # it starts once KV frees up
+            own_late = max(own_late, kv_ready_s + tokens / (rate * share) + step_s - due)
         return own_late, added
+
+    def _work(self, request: RequestView) -> float:
+        """``request``'s prefill, in context-free prefill tokens (`prefill_token_equivalents`)."""
+        tokens = self.ledger.prefill_tokens(request)
+        return self.step_model.prefill_token_equivalents(tokens, request.prompt_tokens - tokens)
 
     def predict_ttft_s(self, request: RequestView, load: LoadSnapshot) -> float:
         """Seconds until ``request``'s first token if admitted now, under EDF on its share."""
@@ -438,24 +593,28 @@ class SLOAdmission:
         if target is None:
             return math.inf
         due = self._due(request, target)
-        late, _ = self._late(load, due, self.share(request.priority),
-                             self.ledger.prefill_tokens(request))
+        late, _ = self._late(load, due, self.share(request.priority), self._work(request),
+                             self.kv_ready_s(request, load))
         return late + due - request.arrival_s
 
     def predict_tpot_s(self, request: RequestView, load: LoadSnapshot) -> float:
         """Seconds per output token once ``request`` decodes beside the running requests."""
-        backlog = self.ledger.backlog_tokens + self.ledger.prefill_tokens(request)
+        tokens = self.ledger.prefill_tokens(request)
+        backlog = self.ledger.backlog_tokens + tokens
         return self.step_model.step_s(load.running_requests + 1,
                                       min(self.prefill_per_step(load), backlog),
-                                      self.ledger.decoding_context_tokens + request.prompt_tokens)
+                                      self.ledger.decoding_context_tokens + request.prompt_tokens,
+                                      request.prompt_tokens - tokens)
 
     def _tpot_bound_s(self, target: SLOTarget) -> float:
         """The tightest TPOT target among ``target`` and the classes decoding now."""
         bound = target.tpot_s
-        for cls in self.ledger.decoding_classes():
+        classes = self._class_of
+        for cls in {classes.get(rid) for rid in self.ledger.decoding_ids()}:
             other = self.slos.get(cls) if cls is not None else None
-            if other is not None and other.tpot_s < bound:
-                bound = other.tpot_s
+            if other is not None:
+                margin = self.protected_headroom if cls in self.protected_classes else 1.0
+                bound = min(bound, margin * other.tpot_s)
         if self.protected_tpot_s:
             for priority in self.ledger.decoding_priorities():
                 bound = min(bound, self.protected_tpot_s.get(priority, math.inf))
@@ -467,8 +626,16 @@ class SLOAdmission:
         if own is None:
             return SLODecision(verdict=SLOVerdict.ADMIT, slo_class=request.slo_class,
                                ttft_s=None, tpot_s=None)
+        if (load.running_requests == 0 and load.waiting_requests == 0
+                and self.ledger.backlog_tokens == 0):
+            # An idle engine: nobody else to protect, and stock vLLM would serve it; it is
+            # also how a learned step model sees its first steps.
+            return SLODecision(verdict=SLOVerdict.ADMIT, slo_class=own,
+                               ttft_s=self.predict_ttft_s(request, load),
+                               tpot_s=self.predict_tpot_s(request, load))
         target = self.slos[own]
-        tokens = self.ledger.prefill_tokens(request)
+        tokens = self._work(request)
+        kv_ready = self.kv_ready_s(request, load)
         tpot = self.predict_tpot_s(request, load)
         first = None
         for verdict, cls in ((SLOVerdict.ADMIT, own), (SLOVerdict.DEMOTE, self.demotions.get(own))):
@@ -476,7 +643,8 @@ class SLOAdmission:
                 continue
             goal = self.slos[cls]
             due = self._due(request, goal)
-            own_late, added = self._late(load, due, self.share(request.priority), tokens)
+            own_late, added = self._late(load, due, self.share(request.priority), tokens,
+                                         kv_ready)
             ttft = own_late + due - request.arrival_s
             first = first or (ttft, own_late)
             if (own_late <= 0 and added <= 0
@@ -507,6 +675,9 @@ class SLOAdmission:
             self._pending_class[request.request_id] = decision.slo_class
         else:
             self._admitted += 1
+        if decision.ttft_s is not None and self.feedback_window:
+            self._pending_prediction[request.request_id] = (
+                decision.ttft_s, self.slos[decision.slo_class].ttft_s)
         return AdmissionDecision.accept()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -516,6 +687,10 @@ class SLOAdmission:
         cls = self._pending_class.pop(request.request_id, None) or self.target_class(request)
         target = self.slos[cls] if cls is not None else None
         if target is not None:
+            self._class_of[request.request_id] = cls
+            prediction = self._pending_prediction.pop(request.request_id, None)
+            if prediction is not None:
+                self._predicted[request.request_id] = (request.arrival_s, *prediction)
             self._deadlines[request.request_id] = (self._due(request, target),
                                                    self.share(request.priority))
 
@@ -525,12 +700,20 @@ class SLOAdmission:
     def on_finished(self, request: RequestView, now: float) -> None:
         self._deadlines.pop(request.request_id, None)
         self._pending_class.pop(request.request_id, None)
+        self._class_of.pop(request.request_id, None)
+        self._predicted.pop(request.request_id, None)
+        self._pending_prediction.pop(request.request_id, None)
 
     def stats(self) -> SLOAdmissionStats:
         """A frozen snapshot (see `SLOAdmissionStats`)."""
         return SLOAdmissionStats(admitted=self._admitted, demoted=self._demoted,
                                  rejected=dict(self._rejected), unclassified=self._unclassified,
-                                 tracked=len(self._deadlines))
+                                 tracked=len(self._deadlines), headroom=self._headroom_now,
+                                 ttft_error_p90=self._p90())
+
+    def _p90(self) -> float | None:
+        ranked = sorted(self._errors)
+        return ranked[min(len(ranked) - 1, math.ceil(0.9 * len(ranked)) - 1)] if ranked else None
 
     def check_invariants(self) -> None:
         """Counters are never negative; the ledger's own invariants hold."""

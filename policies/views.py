@@ -49,3 +49,5 @@ class LoadSnapshot:
     """Fraction of KV-cache blocks in use, in [0, 1]."""
     token_budget: int = attrs.field(validator=_non_negative)
     """Tokens the engine may schedule in one step (``max_num_batched_tokens``)."""
+    kv_capacity_tokens: int | None = None
+    """Tokens the KV cache holds in all (blocks times block size); None where unknown."""

@@ -7,6 +7,9 @@ split into three levels:
     YELLOW  yellow_usage <= usage < red_usage reject low-priority new work
     RED     red_usage <= usage                admit only high-priority short requests
 
+Levels reject only while requests wait (``LoadSnapshot.waiting_requests > 0``): usage alone
+is no sign of overload.
+
 Above the yellow mark the integration should also evict unreferenced cached
 blocks proactively (`KVWatermarks.should_reclaim`), and each request's KV
 growth is held to a quota that shrinks as usage grows (`KVWatermarks.block_quota`).
@@ -44,6 +47,7 @@ class KVWatermarks:
     """Admission is monotone in KV usage and in urgency; quotas shrink with usage.
 
     Guarantees:
+        * With no request waiting, every request is admitted.
         * A request rejected at usage ``u`` is rejected at every usage above
           ``u`` (the admitted set only shrinks: GREEN admits all, YELLOW admits
           priority ``< low_priority_from``, RED admits priority
@@ -107,7 +111,15 @@ class KVWatermarks:
         return WatermarkLevel.GREEN
 
     def admit(self, request: RequestView, load: LoadSnapshot) -> AdmissionDecision:
-        """Admit by the level of ``load.kv_usage``; reject with ``kv_yellow`` or ``kv_red``."""
+        """Admit by the level of ``load.kv_usage`` while requests wait; reject with
+        ``kv_yellow`` or ``kv_red``.
+
+        With nothing waiting every request is admitted whatever the usage: a cache full of
+        running work (long agent contexts keep it so) is the engine at work, not overload,
+        and stock vLLM would start the request as soon as blocks free up.
+        """
+        if load.waiting_requests == 0:
+            return AdmissionDecision.accept()
         level = self.level(load.kv_usage)
         if level is WatermarkLevel.YELLOW and request.priority >= self.low_priority_from:
             return AdmissionDecision.reject("kv_yellow", self.yellow_retry_after_s)

@@ -96,7 +96,7 @@ PROFILES: Mapping[str, AgentProfile] = MappingProxyType({
         observation_tokens=LogNormal(median=700, sigma=1.0, low=20, high=8000),
         output_tokens=LogNormal(median=160, sigma=0.7, low=8, high=2000),
         tool_s=LogNormal(median=2.5, sigma=1.0, low=0.05, high=60.0),
-        max_context_tokens=48_000),
+        max_context_tokens=40_000),
     # BFCL-style function calling: a few turns, long tool schemas in the system prompt,
     # short observations and calls, sub-second tools.
     "bfcl": AgentProfile(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
-from policies.slo_admission import StepTimeModel
+from policies.step_model import StepTimeModel
 
 
 def fit_step_time_model(cost_model: StepCostModel, *, max_decodes: int, max_prefill_tokens: int,

@@ -27,6 +27,11 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   ``policies:kv_demoted_blocks_total{reason}`` (``overflow``: PROTECTED over its share;
   ``stale``: an old prompt version)
 
+* with a ``step_model`` (`OnlineStepTimeModel`): ``policies:step_model_coefficient{term}``
+  (``base``, ``decode``, ``decode_context_token``, ``prefill_token``, ``prefill_pair``),
+  ``policies:step_model_relative_error{quantile}`` (``0.5``, ``0.99``: out-of-sample, over
+  the recent steps) and ``policies:step_model_observations``
+
 Gauges are refreshed at most once per ``refresh_interval_s`` of the scheduler's clock;
 counters as events happen.
 """
@@ -40,7 +45,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
-from policies import EvictionStats, FairnessPolicy, KVBlockQuota
+from policies import EvictionStats, FairnessPolicy, KVBlockQuota, StepModelStats
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MAX_TENANT_LABELS = 64
@@ -101,6 +106,17 @@ class PolicyMetrics:
         self._faults = PromCounter("policies:policy_faults",
                                    "Exceptions a policy raised, contained (stock fallback), "
                                    "by policy and seam", ["policy", "seam"], registry=registry)
+        self._step_coefficients = Gauge(
+            "policies:step_model_coefficient",
+            "The learned step-time model's coefficients (seconds per unit of the term)",
+            ["term"], registry=registry, multiprocess_mode="mostrecent")
+        self._step_error = Gauge(
+            "policies:step_model_relative_error",
+            "Relative error of the step-time model's predictions over its recent steps",
+            ["quantile"], registry=registry, multiprocess_mode="mostrecent")
+        self._step_observations = Gauge("policies:step_model_observations",
+                                        "Engine steps the step-time model has learned from",
+                                        registry=registry, multiprocess_mode="mostrecent")
         self._eviction_seen: dict[tuple[str, str], int] = {}
         """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
@@ -159,6 +175,20 @@ class PolicyMetrics:
             if delta > 0:
                 counter.labels(**{label: value}).inc(delta)
                 self._eviction_seen[key] = total
+
+    def step_model(self, stats: StepModelStats) -> None:
+        """Set the step-time model's gauges: its coefficients and its recent error."""
+        model = stats.model
+        for term, value in (("base", model.base_s), ("decode", model.decode_s_per_seq),
+                            ("decode_context_token", model.decode_s_per_context_token),
+                            ("prefill_token", model.prefill_s_per_token),
+                            ("prefill_pair", model.prefill_s_per_pair)):
+            self._step_coefficients.labels(term=term).set(value)
+        for quantile, value in (("0.5", stats.relative_error_p50),
+                                ("0.99", stats.relative_error_p99)):
+            if value is not None:
+                self._step_error.labels(quantile=quantile).set(value)
+        self._step_observations.set(stats.observations)
 
     def due(self, now: float) -> bool:
         """Whether the gauges should be refreshed at ``now`` (then not again for an interval)."""

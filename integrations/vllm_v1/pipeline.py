@@ -20,6 +20,7 @@ from policies import (
     RankingPolicy,
     SpeculationPolicy,
     StartGate,
+    StepObserver,
     TokenCapPolicy,
     WarmingPolicy,
 )
@@ -100,6 +101,11 @@ class Pipeline:
     )
     """Which unreferenced prefix-cache block is evicted next (e.g. `SegmentedLRU`);
     ``None`` keeps vLLM's LRU (see `integrations.vllm_v1.cache.eviction`)."""
+    step_model: StepObserver | None = attrs.field(
+        default=None, validator=_implements(StepObserver, optional=True))
+    """Learns the engine's step time from every step it runs (`OnlineStepTimeModel`); the
+    policies that predict with it (`SLOAdmission`) hold the same object (see
+    `integrations.vllm_v1.slo.step_timing`)."""
     start_gate: StartGate | None = attrs.field(
         default=None, validator=_implements(StartGate, optional=True)
     )

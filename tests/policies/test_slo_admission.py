@@ -84,7 +84,7 @@ def test_ledger_follows_chunks_to_decoding_and_forgets_finished_requests():
     assert ledger.remaining("rag") == 2000
     ledger.on_scheduled(view("rag", 3000, computed_tokens=1000, slo_class="bronze"), 2000, 0.1)
     assert ledger.backlog_tokens == 0
-    assert ledger.decoding_classes() == {"bronze"} and ledger.decoding_context_tokens == 3000
+    assert set(ledger.decoding_ids()) == {"rag"} and ledger.decoding_context_tokens == 3000
     ledger.on_finished(rag, 1.0)
     assert ledger.stats().decoding == 0 and ledger.decoding_context_tokens == 0
     ledger.check_invariants()
@@ -177,7 +177,9 @@ def test_tpot_is_checked_against_the_tightest_class_decoding():
     busy = StepTimeModel(base_s=0.03, decode_s_per_seq=0.0001, prefill_s_per_token=2e-5)
     admission = policy(step_model=busy)
     assert admission.admit(view("b", 100, slo_class="bronze"), load(running=100)).admitted
-    admission.ledger.on_scheduled(view("t", 100, slo_class="tight"), 100, 0.0)  # decoding now
+    tight = view("t", 100, slo_class="tight")
+    admission.on_admitted(tight, 0.0)
+    admission.ledger.on_scheduled(tight, 100, 0.0)  # decoding now
     decision = admission.decide(view("b2", 100, slo_class="bronze"), load(running=100))
     assert decision.verdict is SLOVerdict.REJECT and decision.reason == "slo_tpot"
 

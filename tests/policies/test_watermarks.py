@@ -34,9 +34,9 @@ def view(priority=0, prompt_tokens=100):
                        priority=priority)
 
 
-def load(kv_usage):
-    return LoadSnapshot(now=0.0, waiting_requests=0, running_requests=0, kv_usage=kv_usage,
-                        token_budget=8192)
+def load(kv_usage, waiting=1):
+    return LoadSnapshot(now=0.0, waiting_requests=waiting, running_requests=0,
+                        kv_usage=kv_usage, token_budget=8192)
 
 
 def test_levels_switch_exactly_at_the_marks():
@@ -98,6 +98,11 @@ def test_admission_by_level_with_exact_reasons():
         decision = marks.admit(request, load(0.9))
         assert (decision.admitted, decision.reason, decision.retry_after_s) == (False, "kv_red",
                                                                                5.0)
+
+
+@given(marks=watermark_configs(), u=usages, priority=priorities, prompt_tokens=prompt_lengths)
+def test_with_nothing_waiting_every_request_is_admitted(marks, u, priority, prompt_tokens):
+    assert marks.admit(view(priority, prompt_tokens), load(u, waiting=0)).admitted
 
 
 @given(marks=watermark_configs(), u=usages, v=usages, priority=priorities,

@@ -9,7 +9,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 
+from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.config.pd_roles import pd_decode_pipeline, pd_prefill_pipeline
+from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import (
     MLFQ,
@@ -61,23 +63,34 @@ PRESETS: Mapping[str, PresetFactory] = {
     "watermarks": lambda _weights: Pipeline(watermarks=KVWatermarks()),
     "slru": lambda _weights: Pipeline(eviction=SegmentedLRU()),
     "cache": lambda _weights: Pipeline(eviction=DuelingSLRU(), ranking=CacheAwareRanker()),
+    "slo": lambda _weights: slo_pipeline(),
     "pd-prefill": lambda _weights: pd_prefill_pipeline(),
     "pd-decode": lambda _weights: pd_decode_pipeline(),
 }
 """Built-in pipeline factories by name. ``identity`` schedules like stock ``fcfs``;
-``default`` is the full composition; ``cache`` is the KV-cache pair (segmented LRU
+``default`` is the full composition; ``slo`` serves declared SLO classes (EDF, SLO
+admission, decode protection, a step model learned online: `integrations.vllm_v1.config.slo`;
+its classes come from ``llm_serving_policies.slo``); ``cache`` is the KV-cache pair (segmented LRU
 that turns into LRU where frequency does not pay, cache-aware ranking); ``pd-prefill`` / ``pd-decode`` are the PD-aware role
 pipelines (`integrations.vllm_v1.config.pd_roles`, which also sets their engine limits); the
 others are one policy alone, for ablations."""
 
 
-def preset(name: str, tenant_weights: TenantWeights = {}) -> Pipeline:  # noqa: B006
-    """A fresh pipeline of the preset ``name``.
+def preset(name: str, tenant_weights: TenantWeights = {},  # noqa: B006 - read only
+           slo: object = None) -> Pipeline:
+    """A fresh pipeline of the preset ``name``; ``slo`` is the ``slo`` preset's declaration
+    (`SLOSpec.parse`).
 
     Raises:
-        ValueError: if there is no such preset.
+        ValueError: if there is no such preset, or ``slo`` is given to another preset
+            (`PipelineConfigError`, naming the field).
     """
     factory = PRESETS.get(name)
     if factory is None:
         raise ValueError(f"unknown pipeline preset {name!r}: use one of {sorted(PRESETS)}")
+    if name == "slo":
+        return slo_pipeline(SLOSpec.parse(slo))
+    if slo is not None:
+        raise PipelineConfigError(f"llm_serving_policies.slo is read by the slo preset only, "
+                                  f"not by {name!r}")
     return factory(tenant_weights)

@@ -10,7 +10,8 @@ The entry is a mapping; its ``pipeline`` is any of
 * the pickled form `to_additional_config` writes (the transport for a pipeline built
   in Python, e.g. in a notebook; not meant to be written by hand).
 
-``tenant_weights`` (a mapping) is handed to presets that weigh tenants. Other keys
+``tenant_weights`` (a mapping) is handed to presets that weigh tenants; ``slo`` (a mapping)
+declares the ``slo`` preset's classes (`integrations.vllm_v1.config.slo`). Other keys
 of the entry belong to the serving layer (see `integrations.vllm_v1.serving`) and to
 hooks (``hooks``: import paths of extra `SchedulerHook` factories).
 
@@ -63,10 +64,11 @@ def pipeline_from_additional_config(additional_config: object) -> Pipeline:
     if not isinstance(weights, Mapping):
         raise PipelineConfigError(f"{CONFIG_KEY}.tenant_weights must be a mapping of tenant "
                                   f"-> weight, got {type(weights).__name__}")
-    return resolve_pipeline(entry["pipeline"], tenant_weights=weights)
+    return resolve_pipeline(entry["pipeline"], tenant_weights=weights, slo=entry.get("slo"))
 
 
-def resolve_pipeline(spec: object, *, tenant_weights: Mapping[str, float] = {}) -> Pipeline:  # noqa: B006
+def resolve_pipeline(spec: object, *, tenant_weights: Mapping[str, float] = {},  # noqa: B006
+                     slo: object = None) -> Pipeline:
     """The pipeline ``spec`` names (see the module docstring for the forms).
 
     Raises:
@@ -82,7 +84,9 @@ def resolve_pipeline(spec: object, *, tenant_weights: Mapping[str, float] = {}) 
     if spec.startswith(PICKLED_PREFIX):
         return _unpickle(spec.removeprefix(PICKLED_PREFIX))
     if spec in PRESETS:
-        return preset(spec, tenant_weights)
+        return preset(spec, tenant_weights, slo=slo)
+    if slo is not None:
+        raise PipelineConfigError(f"{CONFIG_KEY}.slo is read by the slo preset only")
     if spec.endswith(_FILE_SUFFIXES):
         return build_pipeline(_read_mapping(Path(spec)))
     if ":" not in spec:

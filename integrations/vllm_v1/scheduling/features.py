@@ -22,6 +22,7 @@ SLOT_HOOKS: tuple[tuple[str, str], ...] = (
     ("eviction", "integrations.vllm_v1.cache.eviction:EvictionHook"),
     ("speculation", "integrations.vllm_v1.speculative.budget:DraftBudgetHook"),
     ("warming", "integrations.vllm_v1.cache.warming:CacheWarmingHook"),
+    ("step_model", "integrations.vllm_v1.slo.step_timing:StepTimingHook"),
 )
 """Pipeline slot -> the hook that runs it (``package.module:factory``, called as
 ``factory(scheduler, policy)``), in call order."""

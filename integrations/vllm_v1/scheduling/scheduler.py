@@ -266,6 +266,7 @@ class PolicySchedulerMixin:
             running_requests=num_running,
             kv_usage=self.kv_cache_manager.usage,
             token_budget=self.max_num_scheduled_tokens,
+            kv_capacity_tokens=self.kv_cache_config.num_blocks * self.block_size,
         )
 
     # -- admission ------------------------------------------------------------
@@ -456,8 +457,11 @@ class PolicySchedulerMixin:
 
         The head of the running list is exempt (as is a request when nothing runs), so one
         request always progresses, finishes and frees blocks: quotas cannot stall the engine.
+        With nothing waiting as the step began there is no one to leave blocks for, and no
+        quota applies (a long prompt is not held back on a cache full of running work).
         """
-        if self._block_quota is None or not self.running or self.running[0] is request:
+        if (self._block_quota is None or not self.running or self.running[0] is request
+                or not self.step_load().waiting_requests):
             return None
         quota_blocks = self._block_quota.block_quota(self._view(request),
                                                      self.kv_cache_manager.usage)

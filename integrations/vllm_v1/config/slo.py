@@ -1,0 +1,232 @@
+"""The ``slo`` preset: SLO classes an operator declares, served by EDF with SLO admission.
+
+Declared in plain vLLM flags as ``llm_serving_policies.slo`` (every key optional)::
+
+    --additional-config '{"llm_serving_policies": {"pipeline": "slo", "slo": {
+        "classes": {"chat": {"ttft_s": 0.5, "tpot_s": 0.05},
+                    "rag": {"ttft_s": 2.0, "tpot_s": 0.05},
+                    "batch": {"ttft_s": 20.0, "tpot_s": 0.2}},
+        "tenants": {"acme": "chat"},
+        "by_prompt_tokens": [[4095, "chat"], [null, "rag"]],
+        "protected": ["chat"],
+        "demotions": {"chat": "batch"}}}}'
+
+- ``classes``: class -> ``ttft_s`` (first token within) and ``tpot_s`` (then seconds per token);
+- ``tenants``: tenant -> its requests' class when a request names none (``vllm_xargs.slo_class``
+  wins when it names a declared class);
+- ``by_prompt_tokens``: ``[max prompt tokens or null, class]`` pairs, the first that fits gives
+  the class of a request that got none from the above (the request kind by length);
+- ``protected``: classes whose TPOT every step keeps with a margin (`PROTECTED_HEADROOM`)
+  while one of theirs decodes;
+- ``demotions``: class -> the lower class its tenants accept instead of a rejection;
+- ``max_prefill_tokens_per_step``: prefill tokens a step carries while requests decode;
+- ``step_model_prior``: `StepTimeModel` fields, the online step model's starting point (a
+  profile measured on the GPU; default `CONSERVATIVE_PRIOR`).
+
+With nothing declared, the classes are `DEFAULT_CLASSES` by prompt length (``short`` under
+512 tokens: 0.5 s / 100 ms; ``long``: 5 s / 100 ms), the same the replay judges by default.
+A request that gets no class is admitted unjudged and served at `TTFTDeadlineRanker`'s
+default deadline. Errors name the field: ``llm_serving_policies.slo.classes.chat.ttft_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.pipeline import Pipeline
+from policies import (
+    PRIORITY_MAX,
+    KVWatermarks,
+    OnlineStepTimeModel,
+    PrefillLedger,
+    SLOAdmission,
+    SLOTarget,
+    StepPrefillBudget,
+    StepTimeModel,
+    TokenCaps,
+    TTFTDeadlineRanker,
+)
+from policies.step_model import CONSERVATIVE_PRIOR
+
+FIELD = "llm_serving_policies.slo"
+DEFAULT_CLASSES: Mapping[str, SLOTarget] = MappingProxyType({
+    "short": SLOTarget(ttft_s=0.5, tpot_s=0.1),
+    "long": SLOTarget(ttft_s=5.0, tpot_s=0.1),
+    "gold": SLOTarget(ttft_s=0.5, tpot_s=0.05),
+    "silver": SLOTarget(ttft_s=2.0, tpot_s=0.1),
+    "bronze": SLOTarget(ttft_s=10.0, tpot_s=0.2),
+})
+"""The classes of an ``slo`` preset that declares none (length classes and three tiers)."""
+DEFAULT_BY_PROMPT_TOKENS = ((511, "short"), (None, "long"))
+HEADROOM = 0.9
+"""Admit when the predicted TTFT and TPOT are within 90 % of the target."""
+PROTECTED_HEADROOM = 0.8
+"""A protected class's TPOT is held at 80 % of its target (room for the model's error)."""
+FEEDBACK_WINDOW = 200
+"""The admitted requests whose first tokens correct the headroom (`SLOAdmission`)."""
+STEP_PREFILL_TOKENS = 1024
+"""Prefill tokens per step while requests decode (Sarathi-style chunks)."""
+_KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "demotions",
+         "max_prefill_tokens_per_step", "step_model_prior")
+
+
+def _error(path: str, message: str) -> PipelineConfigError:
+    return PipelineConfigError(f"{FIELD}.{path} {message}")
+
+
+def _name(path: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise _error(path, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _mapping(path: str, value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _error(path, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _seconds(path: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (
+            math.isfinite(value) and value > 0):
+        raise _error(path, f"must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _known(path: str, cls: object, classes: Mapping[str, SLOTarget]) -> str:
+    name = _name(path, cls)
+    if name not in classes:
+        raise _error(path, f"names class {name!r}, which is not declared: use one of "
+                     f"{sorted(classes)}")
+    return name
+
+
+@attrs.frozen(kw_only=True)
+class SLOSpec:
+    """A validated ``llm_serving_policies.slo`` declaration (see the module docs)."""
+
+    classes: Mapping[str, SLOTarget] = attrs.field(factory=lambda: dict(DEFAULT_CLASSES))
+    tenants: Mapping[str, str] = attrs.field(factory=dict)
+    by_prompt_tokens: tuple[tuple[int | None, str], ...] = DEFAULT_BY_PROMPT_TOKENS
+    protected: frozenset[str] = frozenset()
+    demotions: Mapping[str, str] = attrs.field(factory=dict)
+    max_prefill_tokens_per_step: int = STEP_PREFILL_TOKENS
+    step_model_prior: StepTimeModel = CONSERVATIVE_PRIOR
+
+    @classmethod
+    def parse(cls, entry: object) -> SLOSpec:
+        """The spec of an ``slo`` mapping (None: the defaults).
+
+        Raises:
+            PipelineConfigError: naming the field that is wrong.
+        """
+        if entry is None:
+            return cls()
+        entry = _mapping("", entry) if not isinstance(entry, Mapping) else entry
+        for key in entry:
+            if key not in _KEYS:
+                raise _error(str(key), f"is not a key of {FIELD}: use {', '.join(_KEYS)}")
+        classes = dict(DEFAULT_CLASSES)
+        if "classes" in entry:
+            classes = {}
+            for name, target in _mapping("classes", entry["classes"]).items():
+                target = _mapping(f"classes.{name}", target)
+                extra = set(target) - {"ttft_s", "tpot_s"}
+                if extra:
+                    raise _error(f"classes.{name}", f"has unknown keys {sorted(extra)}")
+                for key in ("ttft_s", "tpot_s"):
+                    if key not in target:
+                        raise _error(f"classes.{name}.{key}", "is missing")
+                classes[_name(f"classes.{name}", name)] = SLOTarget(
+                    ttft_s=_seconds(f"classes.{name}.ttft_s", target["ttft_s"]),
+                    tpot_s=_seconds(f"classes.{name}.tpot_s", target["tpot_s"]))
+            if not classes:
+                raise _error("classes", "declares no class")
+        tenants = {_name("tenants", tenant): _known(f"tenants.{tenant}", cls_, classes)
+                   for tenant, cls_ in _mapping("tenants", entry.get("tenants", {})).items()}
+        by_length = _by_prompt_tokens(entry.get("by_prompt_tokens"), classes)
+        protected = entry.get("protected", [])
+        if not isinstance(protected, list | tuple):
+            raise _error("protected", f"must be a list of class names, got {protected!r}")
+        demotions = {_known("demotions", name, classes):
+                     _known(f"demotions.{name}", lower, classes)
+                     for name, lower in _mapping("demotions", entry.get("demotions", {})).items()}
+        step_tokens = entry.get("max_prefill_tokens_per_step", STEP_PREFILL_TOKENS)
+        if isinstance(step_tokens, bool) or not isinstance(step_tokens, int) or step_tokens < 1:
+            raise _error("max_prefill_tokens_per_step",
+                         f"must be a positive integer, got {step_tokens!r}")
+        return cls(classes=classes, tenants=tenants, by_prompt_tokens=by_length,
+                   protected=frozenset(_known(f"protected[{i}]", name, classes)
+                                       for i, name in enumerate(protected)),
+                   demotions=demotions, max_prefill_tokens_per_step=step_tokens,
+                   step_model_prior=_prior(entry.get("step_model_prior")))
+
+
+def _by_prompt_tokens(value: object, classes: Mapping[str, SLOTarget]
+                      ) -> tuple[tuple[int | None, str], ...]:
+    if value is None:
+        default = tuple(pair for pair in DEFAULT_BY_PROMPT_TOKENS if pair[1] in classes)
+        return default if len(default) == len(DEFAULT_BY_PROMPT_TOKENS) else ()
+    if not isinstance(value, list | tuple):
+        raise _error("by_prompt_tokens", f"must be a list of [max prompt tokens or null, "
+                     f"class] pairs, got {value!r}")
+    pairs = []
+    for index, pair in enumerate(value):
+        path = f"by_prompt_tokens[{index}]"
+        if not isinstance(pair, list | tuple) or len(pair) != 2:
+            raise _error(path, f"must be a [max prompt tokens or null, class] pair, got {pair!r}")
+        bound, cls = pair
+        if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
+                                  or bound < 1):
+            raise _error(f"{path}[0]", f"must be a positive integer or null, got {bound!r}")
+        pairs.append((bound, _known(f"{path}[1]", cls, classes)))
+    return tuple(pairs)
+
+
+def _prior(value: object) -> StepTimeModel:
+    if value is None:
+        return CONSERVATIVE_PRIOR
+    fields = _mapping("step_model_prior", value)
+    try:
+        return StepTimeModel(**fields)
+    except (TypeError, ValueError) as error:
+        raise _error("step_model_prior", f"is not a StepTimeModel ({error})") from None
+
+
+def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
+    """EDF on first-token deadlines, SLO-feasibility admission with demotions, and a per-step
+    prefill bound, predicting with a step-time model learned online from the engine.
+
+    - ranking: `TTFTDeadlineRanker`: prefill earliest first-token deadline first;
+    - rate: `StepPrefillBudget` (``max_prefill_tokens_per_step`` while anything decodes, so
+      steps, and TPOT, stay short) and `PrefillLedger` (every admitted request's remaining
+      prefill, less its own prefix-cache hit looked up on arrival);
+    - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
+      TPOT check against the tightest class decoding;
+    - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
+    - watermarks: the KV red band only, a safety net.
+    """
+    spec = spec or SLOSpec()
+    classes = dict(spec.classes)
+    lengths = tuple((2**31 if bound is None else bound, cls)
+                    for bound, cls in spec.by_prompt_tokens)
+    ledger = PrefillLedger(learn_tenant_hits=False)
+    model = OnlineStepTimeModel(prior=spec.step_model_prior)
+    admission = SLOAdmission(
+        slos=classes, ledger=ledger, step_model=model,
+        max_prefill_tokens_per_step=spec.max_prefill_tokens_per_step, headroom=HEADROOM,
+        tpot_headroom=HEADROOM, demotions=dict(spec.demotions), length_classes=lengths,
+        tenant_classes=dict(spec.tenants), protected_classes=spec.protected,
+        protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW)
+    budget = StepPrefillBudget(max_prefill_tokens=spec.max_prefill_tokens_per_step,
+                               interactive_prompt_tokens=0)
+    return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
+                                               tenant_classes=dict(spec.tenants)),
+                    rate=TokenCaps(policies=(budget, ledger)), admission=admission,
+                    step_model=model, watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1))
