@@ -12,7 +12,7 @@ replay's metrics apply unchanged:
   when a ``Retry-After`` came with it), for any other error status
   (``rejected:http_<status>``), and for a 200 stream that ends without a token
   (``rejected:empty_stream``, no Retry-After: vLLM 0.32 drops a streamed rejection's
-  reason; our `integrations.vllm_v1.serving.http_status` middleware turns such a stream into a
+  reason; our `integrations.vllm_v1.serving.middleware` turns such a stream into a
   503 with Retry-After, so this only happens on a server without it).
 
 A sampler polls the server's ``/metrics`` for the waiting and running queues and

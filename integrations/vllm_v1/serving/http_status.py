@@ -1,12 +1,13 @@
-"""ASGI middleware: a request the engine rejected gets its real status, reason and ``Retry-After``.
+"""A request the engine rejected gets its real status, reason and ``Retry-After`` (`Responder`).
 
 The scheduler rejects a request by finishing it with ``finish_reason="abort"`` and a
 `Rejection`'s ``stop_reason`` before it produces a token. vLLM answers that with
 HTTP 200, and on most paths loses the reason: a stream holds only ``data: [DONE]``,
 ``/v1/responses`` says ``"status": "completed"`` with empty output, ``/v1/messages``
 an empty text with ``"end_turn"``. On every route that reaches the scheduler
-(`integrations.vllm_v1.serving.routes`) this middleware holds a 200 response until
-it carries output (a token, a tool call, a normal finish) and passes it through
+(`integrations.vllm_v1.serving.routes`) `PolicyMiddleware`
+(`integrations.vllm_v1.serving.middleware`) sends the response through a `Responder`,
+which holds a 200 response until it carries output (a token, a tool call, a normal finish) and passes it through
 from then on. A response that ends without output is a rejection if
 
 * its payload says so (completions and chat, non-streaming: ``stop_reason`` is the
@@ -28,25 +29,14 @@ the reason is unknown (`UNKNOWN_STREAM_REJECTION`).
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 import attrs
 
-from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.rejection import Rejection
-from integrations.vllm_v1.serving.asgi import (
-    ASGIApp,
-    Message,
-    Receive,
-    Scope,
-    Send,
-    app_entry,
-    send_error,
-)
-from integrations.vllm_v1.serving.http_validation import SCOPE_KEY
-from integrations.vllm_v1.serving.rejection_channel import RejectionBook, channel_address
-from integrations.vllm_v1.serving.routes import EngineRoute, RouteTable
+from integrations.vllm_v1.serving.asgi import Message, Send, send_error
+from integrations.vllm_v1.serving.rejection_channel import RejectionBook
+from integrations.vllm_v1.serving.routes import EngineRoute
 
 MAX_HELD_BYTES = 1 << 20
 """A response held this long without output is passed through."""
@@ -55,7 +45,6 @@ CHANNEL_WAIT_S = 2.0
 UNKNOWN_STREAM_REJECTION = Rejection(
     reason="dropped", detail="before its first token (reason unknown: no rejection channel)",
     retry_after_s=1.0)
-_LOG = logging.getLogger("vllm.llm_serving_policies")
 _OUTPUT_FIELDS = ("content", "reasoning_content", "reasoning", "tool_calls", "function_call",
                   "refusal")
 
@@ -139,80 +128,14 @@ def sse_payloads(body: bytes) -> list[Any]:
 
 
 @attrs.define(eq=False)
-class _Setup:
-    routes: RouteTable
-    book: RejectionBook | None
+class Responder:
+    """Holds one response until it shows output (pass it on) or ends without (maybe a
+    rejection); ``ticket``: the one the engine saw (None: it can report nothing)."""
 
-
-class RejectionStatusMiddleware:
-    """Pure ASGI middleware for the engine routes; everything else passes straight through."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self._setup: _Setup | None = None
-        self.unknown_stream_rejections = 0
-        """Streams answered with `UNKNOWN_STREAM_REJECTION` (the channel did not say why)."""
-
-    def setup(self, scope: Scope) -> _Setup:
-        """Read the routes and the channel's address from the app; start the channel (once)."""
-        if self._setup is None:
-            address = channel_address(app_entry(scope))
-            self._setup = _Setup(RouteTable.from_app(scope.get("app")),
-                                 RejectionBook(address) if address else None)
-            if self._setup.book is not None and not self._setup.book.start():
-                self._setup.book = None
-        return self._setup
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(scope, receive, send)
-            return
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        setup = self.setup(scope)
-        route = setup.routes.match(scope)
-        if route is None:
-            await self.app(scope, receive, send)
-            return
-        book = setup.book
-        ticket = book.expect() if book is not None else None
-        shared = scope.setdefault(SCOPE_KEY, {})
-        shared["ticket"] = ticket
-        responder = _Responder(self, send, route, book, ticket, shared)
-        try:
-            await self.app(scope, receive, responder.send)
-        finally:
-            if ticket is not None:
-                book.forget(ticket)
-
-    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            self.setup(scope)
-        except PipelineConfigError as error:  # a bad config entry: fail the start, say why
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.failed", "message": str(error)})
-            return
-
-        async def on_send(message: Message) -> None:
-            if message["type"] == "lifespan.shutdown.complete" and self._setup.book:
-                self._setup.book.close()
-            await send(message)
-
-        await self.app(scope, receive, on_send)
-
-
-@attrs.define(eq=False)
-class _Responder:
-    """Holds one response until it shows output (pass it on) or ends without (maybe a rejection)."""
-
-    middleware: RejectionStatusMiddleware
     downstream: Send
     route: EngineRoute
     book: RejectionBook | None
     ticket: str | None
-    shared: dict
     held: list[Message] = attrs.Factory(list)
     body: bytearray = attrs.Factory(bytearray)
     holding: bool = True
@@ -264,13 +187,12 @@ class _Responder:
                 return rejection
             if has_output(payloads[0]):
                 return None
-        if self.book is not None and self.ticket is not None and self.shared.get("ticket_sent"):
+        if self.book is not None and self.ticket is not None:
             rejection = await self.book.wait(self.ticket, CHANNEL_WAIT_S)
             if rejection is not None:
                 return rejection
         if self.streaming and not any(isinstance(p, dict) and "error" in p for p in payloads) \
                 and all(isinstance(p, dict) and "choices" in p for p in payloads):
-            self.middleware.unknown_stream_rejections += 1
             return UNKNOWN_STREAM_REJECTION  # an OpenAI stream with no finish: dropped
         return None
 

@@ -1,6 +1,7 @@
-"""ASGI middleware: every request bound for the engine is checked before vLLM sees it.
+"""Every request bound for the engine is checked before vLLM sees it (`forward_checked`).
 
-It acts on the routes that reach the scheduler, found in the app's own routes
+`integrations.vllm_v1.serving.middleware.PolicyMiddleware` calls it on the routes
+that reach the scheduler, found in the app's own routes
 (`integrations.vllm_v1.serving.routes`), so every such route gets the same rules and
 messages, new ones included. For each request, in order:
 
@@ -13,12 +14,14 @@ messages, new ones included. For each request, in order:
    ``vllm_xargs`` ``tenant`` / ``slo_class`` / ``deadline_ms``;
 3. **may it**: a tenant named in ``vllm_xargs`` must be the credential's, and the
    priority and SLO class within the tenant's limits, else 403;
-4. the body goes on with the credential's tenant in ``vllm_xargs.tenant`` and the
-   rejection ticket (`integrations.vllm_v1.serving.rejection_channel`) added.
+4. the body goes on with the credential's tenant in ``vllm_xargs.tenant`` (or
+   ``sampling_params.extra_args.tenant``, where the route reads those) and the
+   rejection ticket (`integrations.vllm_v1.serving.rejection_channel`) added; a route
+   that cannot carry a tenant serves only the tenant the engine assumes (403 else).
 
 Bodies that are not JSON objects are left to vLLM's own validation (400 too); a body
-over 64 MiB gets 413, one nested too deeply for Python's parser 400. Configuration comes from our ``--additional-config`` entry, read
-from the app vLLM built (`integrations.vllm_v1.serving.asgi.app_entry`) at start-up.
+over 64 MiB gets 413, one nested too deeply for Python's parser 400, one whose rewrite
+JSON cannot write (NaN, Infinity) 400.
 """
 
 from __future__ import annotations
@@ -29,26 +32,21 @@ from typing import Any
 
 import attrs
 
-from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.serving.asgi import (
     MAX_BODY_BYTES,
-    ASGIApp,
     Receive,
     Scope,
     Send,
-    app_entry,
     read_body,
     replay,
     send_error,
 )
 from integrations.vllm_v1.serving.rejection_channel import TICKET_KEY
-from integrations.vllm_v1.serving.routes import EngineRoute, RouteTable
+from integrations.vllm_v1.serving.routes import EngineRoute
 from integrations.vllm_v1.serving.tenants import Identity, Refusal, TenantBinding
 from policies import InvalidRequestMetadata, parse_request_metadata
 from policies.views import DEFAULT_TENANT
 
-SCOPE_KEY = "llm_serving_policies"
-"""The ASGI scope key under which the middlewares share a request's state (its ticket)."""
 PRIORITY_HEADER = b"x-vllm-priority"
 
 
@@ -134,91 +132,56 @@ def _with_xargs(payload: dict[str, Any], path: tuple[str, ...], xargs: dict[str,
     return {**payload, path[0]: _with_xargs(inner, path[1:], xargs)}
 
 
-@attrs.define(eq=False)
-class _Setup:
-    routes: RouteTable
-    binding: TenantBinding | None
+@attrs.frozen
+class Forward:
+    """A checked request to pass on: its scope and body, and whether the body carries the
+    ticket (so the engine can report a rejection of it)."""
+
+    scope: Scope
+    receive: Receive
+    ticket_sent: bool = False
 
 
-class SchedulingMetadataValidator:
-    """Pure ASGI middleware (streaming-safe): buffers the bodies of engine-bound POSTs only."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self._setup: _Setup | None = None
-
-    def setup(self, scope: Scope) -> _Setup:
-        """Read the routes and our configuration from the app (once)."""
-        if self._setup is None:
-            app = scope.get("app")
-            self._setup = _Setup(RouteTable.from_app(app),
-                                 TenantBinding.from_entry(app_entry(scope)))
-        return self._setup
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(self, scope, receive, send)
-            return
-        if scope["type"] != "http" or scope.get("method") != "POST":
-            await self.app(scope, receive, send)
-            return
-        setup = self.setup(scope)
-        route = setup.routes.match(scope)
-        if route is None:
-            await self.app(scope, receive, send)
-            return
-        body = await read_body(receive)
-        if body is None:
-            await send_error(send, 413, f"request body larger than {MAX_BODY_BYTES} bytes",
-                             anthropic=route.anthropic_errors)
-            return
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            payload = None  # not JSON: vLLM answers
-        except RecursionError:  # vLLM's /invocations would answer 500
-            await send_error(send, 400, "request body is JSON nested too deeply",
-                             anthropic=route.anthropic_errors)
-            return
-        if not route.accepts(payload):
-            await self.app(scope, replay(body, receive), send)
-            return
-        shared = scope.setdefault(SCOPE_KEY, {})
-        client = scope.get("client")
-        checked = check_request(payload, list(scope.get("headers", [])), route,
-                                binding=setup.binding, client_host=client[0] if client else None,
-                                ticket=shared.get("ticket"), now=time.time())
-        if checked.status:
-            await send_error(send, checked.status, checked.message,
-                             anthropic=route.anthropic_errors)
-            return
-        if checked.payload is not None:
-            try:
-                body = json.dumps(checked.payload, allow_nan=False).encode()
-            except ValueError:  # forwarding the original would lose the tenant: refuse
-                await send_error(send, 400, "request body holds a number JSON does not "
-                                 "allow (NaN or Infinity)", anthropic=route.anthropic_errors)
-                return
-            else:
-                shared["ticket_sent"] = TICKET_KEY in checked.payload.get("vllm_xargs", {})
-                scope = {**scope, "headers": _with_length(scope.get("headers", []), len(body))}
-        await self.app(scope, replay(body, receive), send)
+async def forward_checked(scope: Scope, receive: Receive, send: Send, route: EngineRoute, *,
+                          binding: TenantBinding | None, ticket: str | None) -> Forward | None:
+    """Check the engine-bound request ``scope`` (reading its body): what to pass on, or None
+    when it was answered with an error."""
+    body = await read_body(receive)
+    if body is None:
+        await send_error(send, 413, f"request body larger than {MAX_BODY_BYTES} bytes",
+                         anthropic=route.anthropic_errors)
+        return None
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        payload = None  # not JSON: vLLM answers
+    except RecursionError:  # vLLM's /invocations would answer 500
+        await send_error(send, 400, "request body is JSON nested too deeply",
+                         anthropic=route.anthropic_errors)
+        return None
+    if not route.accepts(payload):
+        return Forward(scope, replay(body, receive))
+    client = scope.get("client")
+    checked = check_request(payload, list(scope.get("headers", [])), route, binding=binding,
+                            client_host=client[0] if client else None, ticket=ticket,
+                            now=time.time())
+    if checked.status:
+        await send_error(send, checked.status, checked.message, anthropic=route.anthropic_errors)
+        return None
+    if checked.payload is None:
+        return Forward(scope, replay(body, receive))
+    try:
+        body = json.dumps(checked.payload, allow_nan=False).encode()
+    except ValueError:  # forwarding the original would lose the tenant: refuse
+        await send_error(send, 400, "request body holds a number JSON does not allow (NaN or "
+                         "Infinity)", anthropic=route.anthropic_errors)
+        return None
+    scope = {**scope, "headers": _with_length(scope.get("headers", []), len(body))}
+    return Forward(scope, replay(body, receive), ticket is not None)
 
 
 def _with_length(headers: Any, length: int) -> list[tuple[bytes, bytes]]:
     kept = [(k, v) for k, v in headers if k.lower() not in (b"content-length",
                                                             b"transfer-encoding")]
     return [*kept, (b"content-length", str(length).encode())]
-
-
-async def _lifespan(middleware: Any, scope: Scope, receive: Receive, send: Send) -> None:
-    """Read the configuration at start-up; a bad one fails the start with its message."""
-    try:
-        middleware.setup(scope)
-    except PipelineConfigError as error:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.failed", "message": str(error)})
-        return
-    await middleware.app(scope, receive, send)
 

@@ -5,8 +5,8 @@ for the Responses and Anthropic Messages formats (a stream of only ``data: [DONE
 or a 200 with empty output), so the HTTP layer cannot tell why a request produced
 nothing. The channel says it, out of band:
 
-* the rejection middleware (`integrations.vllm_v1.serving.http_status`) gives each
-  engine-bound request a random ticket, which the validator writes into the body's
+* the middleware (`integrations.vllm_v1.serving.middleware`) gives each
+  engine-bound request a random ticket, which it writes into the body's
   ``vllm_xargs`` (`TICKET_KEY`), so the engine sees it in ``extra_args``;
 * `RejectionChannelHook`, a `SchedulerHook` in the engine-core process, sends
   ``ticket, stop_reason`` for every rejected request that carries a ticket over a
@@ -87,8 +87,8 @@ class RejectionChannelHook(SchedulerHook):
         self._socket.setsockopt(zmq.SNDHWM, MAX_PENDING_SENDS)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.connect(address)
-        self.sent = 0
         self.dropped = 0
+        """Rejections not sent: the channel was full (logged once)."""
 
     def on_rejected(self, request: Any, rejection: Rejection) -> None:
         """``request`` was rejected (called by the scheduler once per rejection)."""
@@ -101,7 +101,6 @@ class RejectionChannelHook(SchedulerHook):
             return
         try:
             self._socket.send(f"{ticket}\n{rejection.stop_reason}".encode(), self._zmq.NOBLOCK)
-            self.sent += 1
         except self._zmq.Again:
             if not self.dropped:
                 _LOG.warning("rejection channel full: streamed rejections lose their reason")
@@ -121,7 +120,6 @@ class RejectionBook:
         """ticket -> [Rejection or None, asyncio.Event or None]."""
         self._socket: Any = None
         self._reader: asyncio.Task | None = None
-        self.received = 0
 
     def start(self) -> bool:
         """Bind the channel and start reading it (on the running loop); False if taken."""
@@ -182,7 +180,6 @@ class RejectionBook:
             rejection = Rejection.parse(stop_reason)
             if entry is None or rejection is None:
                 continue  # not a request in flight here, or not ours
-            self.received += 1
             entry[0] = rejection
             if entry[1] is not None:
                 entry[1].set()

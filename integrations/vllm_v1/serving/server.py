@@ -28,8 +28,8 @@ from integrations.vllm_v1.serving.rejection_channel import (
 from integrations.vllm_v1.serving.tenants import TenantBinding
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-MIDDLEWARE = ("integrations.vllm_v1.serving.http_validation.SchedulingMetadataValidator",
-              "integrations.vllm_v1.serving.http_status.RejectionStatusMiddleware")
+MIDDLEWARE = ("integrations.vllm_v1.serving.middleware.PolicyMiddleware",)
+"""The ``--middleware`` paths (`integrations.vllm_v1.serving.middleware`: one)."""
 _ADDITIONAL = "--additional-config"
 
 
@@ -37,7 +37,7 @@ def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
                 vllm_args: tuple[str, ...] = ()) -> list[str]:
     """Arguments for ``python -m vllm.entrypoints.openai.api_server`` running ``pipeline``.
 
-    Besides the scheduler and the two middlewares, our config entry gets the rejection
+    Besides the scheduler and the middleware, our config entry gets the rejection
     channel (a fresh address and its hook, `integrations.vllm_v1.serving.rejection_channel`).
     An ``--additional-config`` in ``vllm_args`` is merged into ours (its keys win, its
     ``hooks`` are added), not left to replace it; the serving keys of the merged entry

@@ -1,4 +1,4 @@
-"""The two middlewares over a stand-in for vLLM's app (FastAPI routes with vLLM's body fields)
+"""The middleware over a stand-in for vLLM's app (FastAPI routes with vLLM's body fields)
 and a real rejection channel (the stand-in sends what the engine's hook would)."""
 
 import argparse
@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from integrations.vllm_v1.rejection import Rejection
-from integrations.vllm_v1.serving.http_status import RejectionStatusMiddleware, has_output
-from integrations.vllm_v1.serving.http_validation import SchedulingMetadataValidator
+from integrations.vllm_v1.serving.http_status import has_output
+from integrations.vllm_v1.serving.middleware import PolicyMiddleware
 from integrations.vllm_v1.serving.rejection_channel import TICKET_KEY, new_channel_address
 
 
@@ -95,8 +95,7 @@ def stand_in(entry=None, channel=True):
     async def tokenize(body: TokenizeBody):
         return JSONResponse({"tokens": []})
 
-    app.add_middleware(SchedulingMetadataValidator)
-    app.add_middleware(RejectionStatusMiddleware)
+    app.add_middleware(PolicyMiddleware)
     return app, received
 
 
@@ -197,6 +196,24 @@ def test_credentials_pick_the_tenant_the_engine_sees(tmp_path):
     assert len(received) == 2
     assert call(app, "/tokenize", {"prompt": "x"}, {"authorization": "Bearer nope"}
                 ).status_code == 200  # not an engine route: not ours to guard
+
+
+def test_a_nan_in_an_unrelated_field_is_400_not_served_untenanted(tmp_path):
+    key_file = tmp_path / "bronze.key"
+    key_file.write_text("bronze-key")
+    app, received = stand_in({"tenants": {"bronze": {"api_key_file": str(key_file)}}})
+
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.post("/v1/completions", content=b'{"prompt": "x", '
+                                     b'"vllm_xargs": {"weight": NaN}}', headers={
+                                         "authorization": "Bearer bronze-key",
+                                         "content-type": "application/json"})
+
+    reply = asyncio.run(go())
+    assert reply.status_code == 400 and "NaN" in reply.json()["error"]["message"]
+    assert received == []
 
 
 def test_a_bad_serving_config_fails_the_start_with_its_message():

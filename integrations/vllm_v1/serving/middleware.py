@@ -1,0 +1,106 @@
+"""`PolicyMiddleware`: the one ASGI middleware in front of vLLM's engine routes.
+
+Installed with ``--middleware integrations.vllm_v1.serving.middleware.PolicyMiddleware``
+(`integrations.vllm_v1.serving.server.server_args` does it). On every route that
+reaches the scheduler (`integrations.vllm_v1.serving.routes`), one request is one call:
+
+1. a fresh rejection ticket, when the rejection channel is configured
+   (`integrations.vllm_v1.serving.rejection_channel`);
+2. the request checked before vLLM sees it: who (tenant credential), what (scheduling
+   metadata), may it (tenant limits), then passed on with the credential's tenant and
+   the ticket (`integrations.vllm_v1.serving.http_validation.forward_checked`);
+3. the response passed through a `Responder`
+   (`integrations.vllm_v1.serving.http_status`), which answers a rejection with its
+   status, reason and ``Retry-After``.
+
+The ticket travels as a local of that call, not through the ASGI scope. Other routes
+and other scope types pass straight through. Configuration (our ``--additional-config``
+entry) is read once, at start-up: a bad entry fails the start with its message.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.serving.asgi import ASGIApp, Message, Receive, Scope, Send, app_entry
+from integrations.vllm_v1.serving.http_status import Responder
+from integrations.vllm_v1.serving.http_validation import forward_checked
+from integrations.vllm_v1.serving.rejection_channel import RejectionBook, channel_address
+from integrations.vllm_v1.serving.routes import RouteTable
+from integrations.vllm_v1.serving.tenants import TenantBinding
+
+PATH = "integrations.vllm_v1.serving.middleware.PolicyMiddleware"
+"""How ``--middleware`` names it."""
+
+
+@attrs.define(eq=False)
+class _Setup:
+    routes: RouteTable
+    binding: TenantBinding | None
+    book: RejectionBook | None
+
+
+class PolicyMiddleware:
+    """Pure ASGI middleware (streaming-safe): buffers the bodies of engine-bound POSTs only."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._setup: _Setup | None = None
+
+    def setup(self, scope: Scope) -> _Setup:
+        """Read the routes and our configuration from the app; start the channel (once).
+
+        Raises:
+            PipelineConfigError: a bad serving entry (tenants, gateway, channel address).
+        """
+        if self._setup is None:
+            entry = app_entry(scope)
+            binding = TenantBinding.from_entry(entry)
+            address = channel_address(entry)
+            book = RejectionBook(address) if address else None
+            if book is not None and not book.start():
+                book = None
+            self._setup = _Setup(RouteTable.from_app(scope.get("app")), binding, book)
+        return self._setup
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        setup = self.setup(scope)
+        route = setup.routes.match(scope)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        book = setup.book
+        ticket = book.expect() if book is not None else None
+        try:
+            forward = await forward_checked(scope, receive, send, route,
+                                            binding=setup.binding, ticket=ticket)
+            if forward is None:
+                return  # answered with an error
+            responder = Responder(send, route, book, ticket if forward.ticket_sent else None)
+            await self.app(forward.scope, forward.receive, responder.send)
+        finally:
+            if ticket is not None:
+                book.forget(ticket)
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            self.setup(scope)
+        except PipelineConfigError as error:  # a bad config entry: fail the start, say why
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.failed", "message": str(error)})
+            return
+
+        async def on_send(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete" and self._setup.book:
+                self._setup.book.close()
+            await send(message)
+
+        await self.app(scope, receive, on_send)
