@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install demo replay-demo test lint pytest pure-tests notebooks docs-build docs serve overhead vllm-sources
+.PHONY: install demo replay-demo test test-fast lint pytest pure-tests notebooks docs-build docs serve overhead vllm-sources
 
 install: $(STAMP)
 
@@ -47,6 +47,11 @@ ray-demo-pd: $(STAMP)
 
 test: lint pytest pure-tests notebooks docs-build
 
+# The fast tier: lint and every test that starts no engine and no Ray cluster and is not
+# marked slow (pyproject.toml's markers); `make test` runs them all.
+test-fast: lint
+	$(PY) -m pytest -q -m "not engine and not ray and not slow"
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check policies integrations benchmarks examples tests notebooks
 
@@ -78,7 +83,7 @@ pure-tests:
 	done
 
 notebooks: $(STAMP)
-	$(PY) -m pytest -q --nbmake --nbmake-timeout=600 notebooks
+	$(PY) -m pytest -q --nbmake --nbmake-timeout=600 --timeout=900 notebooks
 
 docs-build: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --site-dir site

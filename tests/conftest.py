@@ -17,6 +17,23 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
 
+ENGINE_TIMEOUT_S = 900
+"""Per-test limit of an engine test (starting a CPU engine takes up to minutes under load)."""
+RAY_TIMEOUT_S = 1800
+"""Per-test limit of a Ray test (its first test also starts the cluster and the apps)."""
+
+
+def pytest_collection_modifyitems(items):
+    """Engine and Ray tests get their longer timeouts unless they name one themselves."""
+    for item in items:
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.timeout(RAY_TIMEOUT_S))
+        elif item.get_closest_marker("engine") is not None:
+            item.add_marker(pytest.mark.timeout(ENGINE_TIMEOUT_S))
+
+
 @pytest.fixture(scope="session")
 def random_model_dir():
     """The tiny model with seeded random weights (greedy output depends on the prompt)."""

@@ -35,6 +35,7 @@ def test_the_swapped_classes_run_the_named_pipeline(name, ranking, fairness):
         assert _rebuild(sync).pipeline.fairness.weight("t0") == plugin.TENANT_WEIGHTS["t0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", sorted(plugin.LOCAL_CONFIGS))
 def test_the_hub_ids_of_vllms_tests_resolve_to_local_configs(model, tmp_path):
     config = plugin._model_config_factory(ModelConfig, tmp_path)(model=model, dtype="float16")

@@ -28,6 +28,7 @@ def study(tmp_path_factory):
     return out, summary
 
 
+@pytest.mark.slow
 def test_the_summary_has_every_phase_system_and_metric(study):
     out, summary = study
     assert json.loads((out / "summary.json").read_text())["phases"] == summary["phases"]
@@ -43,6 +44,7 @@ def test_the_summary_has_every_phase_system_and_metric(study):
     assert summary["headline"] == HEADLINE
 
 
+@pytest.mark.slow
 def test_admitted_plus_rejected_is_offered_per_phase_and_system(study):
     _, summary = study
     offered = len(business_workload(phase_s=2.0).trace.requests)
@@ -55,6 +57,7 @@ def test_admitted_plus_rejected_is_offered_per_phase_and_system(study):
             assert sum(m["rejections_by_reason"].values()) == m["rejected"]
 
 
+@pytest.mark.slow
 def test_targets_report_and_figures_are_written(study):
     out, summary = study
     assert {(t["target"], t["system"]) for t in summary["targets"]} == {
@@ -67,6 +70,7 @@ def test_targets_report_and_figures_are_written(study):
     assert all((out / name).stat().st_size > 0 for name in FIGURES)
 
 
+@pytest.mark.slow
 def test_the_queue_caps_sweep_is_reported_and_its_best_is_the_stock_system(study):
     _, summary = study
     sweep = summary["queue_caps_sweep"]
@@ -84,6 +88,7 @@ def test_an_unknown_system_is_refused():
         build_system("lifo", EngineShape())
 
 
+@pytest.mark.slow
 def test_replaying_in_worker_processes_gives_the_same_summary():
     workload = business_workload(phase_s=1.0)
     systems = ["fcfs", "pipeline+slo"]

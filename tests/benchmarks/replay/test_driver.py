@@ -136,6 +136,7 @@ def test_cancellation_frees_the_kv_cache():
     assert harness.scheduler.get_kv_cache_usage() == 0.0
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_summary(tmp_path):
     from benchmarks.replay.__main__ import main
 

@@ -24,6 +24,12 @@ TIGHT = EngineShape(num_blocks=700, max_num_seqs=8, max_num_batched_tokens=1024,
 FAST = ["fcfs", "priority", "pipeline:identity", "pipeline:qos", "pipeline:rate",
         "pipeline:admission", "pipeline:watermarks", "pipeline:slru", "pipeline:cache"]
 STEPWISE = ["pipeline:default", "pipeline:wfq", "pipeline:mlfq", "pipeline:edf"]
+SLOW = {"pipeline:slru", "pipeline:cache", "pipeline:mlfq"}
+"""The systems whose replays take tens of seconds (left out of ``make test-fast``)."""
+
+
+def _systems(systems):
+    return [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in systems]
 
 
 def _state(run):
@@ -56,7 +62,7 @@ def mooncake():
     return Trace(name="mooncake-small", requests=tuple(small), block_size=trace.block_size)
 
 
-@pytest.mark.parametrize("system", FAST + STEPWISE)
+@pytest.mark.parametrize("system", _systems(FAST + STEPWISE))
 def test_records_equal_the_step_by_step_replay(system, enterprise):
     stepwise, fast = _both(enterprise, system, TIGHT)
     assert _state(fast) == _state(stepwise)
@@ -68,7 +74,7 @@ def test_records_equal_the_step_by_step_replay(system, enterprise):
         assert fast.fast_forwarded_steps == 0
 
 
-@pytest.mark.parametrize("system", ["fcfs", "pipeline:slru", "pipeline:cache"])
+@pytest.mark.parametrize("system", _systems(["fcfs", "pipeline:slru", "pipeline:cache"]))
 def test_prefix_hits_and_evictions_are_unchanged(system, mooncake):
     # 60 Mooncake requests sharing 512-token blocks, in a cache that must evict them
     shape = EngineShape(num_blocks=420, max_num_seqs=6, max_num_batched_tokens=2048,
