@@ -15,13 +15,8 @@ from __future__ import annotations
 
 import attrs
 
-from policies.validators import finite_non_negative, finite_positive
+from policies.validators import finite_non_negative, finite_positive, int_at_least
 from policies.views import RequestView
-
-
-def _non_negative_int(_instance: object, attribute: attrs.Attribute, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{attribute.name} must be an integer >= 0, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -58,9 +53,9 @@ class EDFRanker:
     """Seconds of service one not-yet-computed prompt token is estimated to need."""
     decode_s_per_token: float = attrs.field(default=0.02, validator=finite_non_negative)
     """Seconds one output token is estimated to take (one engine step under load)."""
-    default_output_tokens: int = attrs.field(default=256, validator=_non_negative_int)
+    default_output_tokens: int = attrs.field(default=256, validator=int_at_least(0))
     """Output length assumed when a request does not say (``max_output_tokens is None``)."""
-    max_estimated_output_tokens: int = attrs.field(default=1024, validator=_non_negative_int)
+    max_estimated_output_tokens: int = attrs.field(default=1024, validator=int_at_least(0))
     """Cap on the output length assumed for any request.
 
     vLLM fills ``max_tokens`` with the rest of the context window when a client

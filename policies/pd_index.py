@@ -15,6 +15,8 @@ from operator import not_
 
 import attrs
 
+from policies.validators import int_at_least
+
 
 def chain_keys(block_hashes: Iterable[Hashable]) -> list[int]:
     """Keys that identify each block *with its whole prefix*, from per-block content hashes.
@@ -28,11 +30,6 @@ def chain_keys(block_hashes: Iterable[Hashable]) -> list[int]:
         key = hash((key, block_hash))
         keys.append(key)
     return keys
-
-
-def _positive(_instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
 
 
 _minus_one = (-1).__add__
@@ -105,7 +102,7 @@ class PrefixIndex:
     the log (amortised constant time per inserted key).
     """
 
-    capacity_blocks: int = attrs.field(validator=_positive)
+    capacity_blocks: int = attrs.field(validator=int_at_least(1))
     _holders: dict[Hashable, int] = attrs.field(init=False, repr=False, factory=dict)
     """Key -> bit mask of the instances holding it (never 0)."""
     _logs: dict[str, _Log] = attrs.field(init=False, repr=False, factory=dict)

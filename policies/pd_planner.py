@@ -32,18 +32,10 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
-from policies.validators import finite_non_negative, finite_positive, fraction
+from policies.validators import finite_non_negative, finite_positive, fraction, int_at_least
 
 __all__ = ["CapacityModel", "FixedCapacity", "PDDemand", "PDPlan", "PDPlanner",
            "PDPlannerStats"]
-
-
-def _int_at_least(minimum: int):
-    def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
-
-    return check
 
 
 def _optional_positive(instance: object, attribute: attrs.Attribute, value: object) -> None:
@@ -58,8 +50,8 @@ class PDPlan:
     A colocated plan has every instance in the decode pool doing both phases.
     """
 
-    prefill: int = attrs.field(validator=_int_at_least(0))
-    decode: int = attrs.field(validator=_int_at_least(1))
+    prefill: int = attrs.field(validator=int_at_least(0))
+    decode: int = attrs.field(validator=int_at_least(1))
 
     @property
     def instances(self) -> int:
@@ -164,15 +156,15 @@ class PDPlanner:
         * Deterministic: same observations, same plans.
     """
 
-    instances: int = attrs.field(validator=_int_at_least(1))
+    instances: int = attrs.field(validator=int_at_least(1))
     capacity: CapacityModel = attrs.field()
     itl_slo_s: float | None = attrs.field(default=None, validator=_optional_positive)
     """The ITL target; None: colocation is always allowed."""
     window_s: float = attrs.field(default=300.0, validator=finite_positive)
     """Observations older than this (before ``now - window_s``) are forgotten."""
     hysteresis: float = attrs.field(default=0.1, validator=fraction)
-    min_prefill: int = attrs.field(default=1, validator=_int_at_least(1))
-    min_decode: int = attrs.field(default=1, validator=_int_at_least(1))
+    min_prefill: int = attrs.field(default=1, validator=int_at_least(1))
+    min_decode: int = attrs.field(default=1, validator=int_at_least(1))
     initial_plan: PDPlan | None = attrs.field(default=None)
     """The plan deployed before the first `plan` call (hysteresis applies to it)."""
     _seen: deque[tuple[float, int, int, int, float, float]] = attrs.field(

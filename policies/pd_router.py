@@ -35,22 +35,14 @@ from types import MappingProxyType
 import attrs
 
 from policies.pd_index import PrefixIndex, chain_keys
-from policies.validators import finite_non_negative, fraction
+from policies.validators import finite_non_negative, fraction, int_at_least
 
 __all__ = ["InstanceLoad", "LeastLoadedRouter", "PDRouter", "PDRouterStats", "PrefixIndex",
            "RoundRobinRouter", "RouteDecision", "RouteReason", "chain_keys"]
 
 
-def _int_at_least(minimum: int):
-    def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
-
-    return check
-
-
-_non_negative_int = _int_at_least(0)
-_positive_int = _int_at_least(1)
+_non_negative_int = int_at_least(0)
+_positive_int = int_at_least(1)
 
 
 def _names(_instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
@@ -207,6 +199,28 @@ class _RouterBase:
             "routed"]
 
 
+class _IndexedRouter:
+    """What the routers that remember where they sent each prompt share: the `index`, its size
+    in `stats` and its consistency in `check_invariants` (a router declares ``_index``)."""
+
+    __slots__ = ()
+
+    @property
+    def index(self) -> PrefixIndex:
+        """The prefix index: what each instance was sent (feed it KV events with
+        `PrefixIndex.drop`)."""
+        return self._index
+
+    def _index_stats(self) -> tuple[int, int]:
+        return (sum(self._index.blocks(n) for n in self.prefill + self.decode),
+                self._index.evictions)
+
+    def check_invariants(self) -> None:
+        """Counters add up; the index is consistent and within capacity."""
+        super().check_invariants()
+        self._index.check_invariants()
+
+
 @attrs.define(eq=False, kw_only=True)
 class RoundRobinRouter(_RouterBase):
     """Each pool in turn, skipping instances that are down; ignores load and prefixes."""
@@ -283,7 +297,7 @@ class LeastLoadedRouter(_RouterBase):
 
 
 @attrs.define(eq=False, kw_only=True)
-class PDRouter(LeastLoadedRouter):
+class PDRouter(_IndexedRouter, LeastLoadedRouter):
     """Load- and prefix-aware PD routing with bounded load and failover.
 
     Guarantees, for each pool: a down instance is never chosen while a healthy
@@ -321,11 +335,6 @@ class PDRouter(LeastLoadedRouter):
         super().__attrs_post_init__()
         self._index = PrefixIndex(capacity_blocks=self.index_capacity_blocks)
         self._members = {pool: frozenset(pool) for pool in (self.prefill, self.decode)}
-
-    @property
-    def index(self) -> PrefixIndex:
-        """The prefix index (feed it KV events with `PrefixIndex.drop`)."""
-        return self._index
 
     def mark_up(self, name: str, *, cache_lost: bool = False) -> None:
         """Route to ``name`` again; ``cache_lost`` forgets what it held (it restarted)."""
@@ -389,12 +398,3 @@ class PDRouter(LeastLoadedRouter):
                 n in self._down and v == longest for n, v in matched.items() if n in members)
             return name, RouteReason.SPILLOVER
         return name, RouteReason.AFFINITY if longest else RouteReason.LEAST_LOADED
-
-    def _index_stats(self) -> tuple[int, int]:
-        names = self.prefill + self.decode
-        return sum(self._index.blocks(n) for n in names), self._index.evictions
-
-    def check_invariants(self) -> None:
-        """Counters add up, the index is consistent and within capacity."""
-        super().check_invariants()
-        self._index.check_invariants()

@@ -29,6 +29,16 @@ def at_least(minimum: float):
     return check
 
 
+def int_at_least(minimum: int):
+    """A validator of an ``int`` (not a ``bool``) ``>= minimum``."""
+
+    def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
+
+    return check
+
+
 def fraction(_instance: object, attribute: attrs.Attribute, value: float) -> None:
     """``0 <= value <= 1`` (NaN fails)."""
     if not 0 <= value <= 1:

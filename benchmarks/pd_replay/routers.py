@@ -39,8 +39,14 @@ from collections.abc import Hashable, Mapping, Sequence
 import attrs
 
 from policies.pd_index import PrefixIndex
-from policies.pd_router import InstanceLoad, RouteDecision, RouteReason, _RouterBase
-from policies.validators import finite_non_negative, fraction
+from policies.pd_router import (
+    InstanceLoad,
+    RouteDecision,
+    RouteReason,
+    _IndexedRouter,
+    _RouterBase,
+)
+from policies.validators import finite_non_negative, fraction, int_at_least
 
 __all__ = ["KVOverlapRouter", "PowerOfTwoRouter", "PrefixAffinityRouter"]
 
@@ -48,9 +54,7 @@ _UNBOUNDED_BLOCKS = 1 << 40
 """Index capacity standing for "never evicted"."""
 
 
-def _positive_int(_instance: object, attribute: attrs.Attribute, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
+_positive_int = int_at_least(1)
 
 
 def _load(loads: Mapping[str, InstanceLoad], name: str) -> InstanceLoad:
@@ -96,7 +100,7 @@ class PowerOfTwoRouter(_RouterBase):
 
 
 @attrs.define(eq=False, kw_only=True)
-class PrefixAffinityRouter(PowerOfTwoRouter):
+class PrefixAffinityRouter(_IndexedRouter, PowerOfTwoRouter):
     """Ray Serve LLM's ``PrefixCacheAffinityRouter``: prefix match while queues are balanced.
 
     Per pool: if the longest and shortest queues (ongoing requests) of its healthy
@@ -124,11 +128,6 @@ class PrefixAffinityRouter(PowerOfTwoRouter):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._index = PrefixIndex(capacity_blocks=self.index_capacity_blocks or _UNBOUNDED_BLOCKS)
-
-    @property
-    def index(self) -> PrefixIndex:
-        """What each instance was sent (Ray's prefix tree)."""
-        return self._index
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[Hashable] = (),
               loads: Mapping[str, InstanceLoad] | None = None) -> RouteDecision:
@@ -172,18 +171,10 @@ class PrefixAffinityRouter(PowerOfTwoRouter):
         chosen = self.rng.choice([name for name in candidates if queues[name] == shortest])
         return chosen, reason
 
-    def _index_stats(self) -> tuple[int, int]:
-        return (sum(self._index.blocks(n) for n in self.prefill + self.decode),
-                self._index.evictions)
-
-    def check_invariants(self) -> None:
-        """Counters add up and the prefix tree is consistent."""
-        super().check_invariants()
-        self._index.check_invariants()
 
 
 @attrs.define(eq=False, kw_only=True)
-class KVOverlapRouter(_RouterBase):
+class KVOverlapRouter(_IndexedRouter, _RouterBase):
     """Dynamo's KV router: the lowest ``overlap_score_weight * prefill_blocks + decode_blocks``.
 
     ``prefill_blocks = (queued_prefill_tokens + prompt tokens not cached there) / block``
@@ -206,11 +197,6 @@ class KVOverlapRouter(_RouterBase):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._index = PrefixIndex(capacity_blocks=self.index_capacity_blocks)
-
-    @property
-    def index(self) -> PrefixIndex:
-        """The predicted cache state (what was sent where)."""
-        return self._index
 
     def cost(self, load: InstanceLoad, prompt_tokens: int, cached_blocks: int, *,
              prefill_term: bool, decode_term: bool) -> float:
@@ -262,11 +248,3 @@ class KVOverlapRouter(_RouterBase):
         lowest = min(costs)
         return self.rng.choice([n for n, c in zip(healthy, costs, strict=True) if c == lowest])
 
-    def _index_stats(self) -> tuple[int, int]:
-        return (sum(self._index.blocks(n) for n in self.prefill + self.decode),
-                self._index.evictions)
-
-    def check_invariants(self) -> None:
-        """Counters add up and the index is consistent."""
-        super().check_invariants()
-        self._index.check_invariants()

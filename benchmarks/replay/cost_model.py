@@ -26,13 +26,7 @@ from types import MappingProxyType
 import attrs
 import numpy as np
 
-
-def _check_count(minimum: int):
-    def check(_instance: object, attribute: attrs.Attribute, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
-
-    return check
+from policies.validators import int_at_least
 
 
 def _check_seconds(_instance: object, attribute: attrs.Attribute, value: object) -> None:
@@ -59,8 +53,8 @@ class PrefillChunk:
     ``cached_tokens`` counts prefix-cache hits and earlier chunks of the same prompt.
     """
 
-    tokens: int = attrs.field(validator=_check_count(1))
-    cached_tokens: int = attrs.field(default=0, validator=_check_count(0))
+    tokens: int = attrs.field(validator=int_at_least(1))
+    cached_tokens: int = attrs.field(default=0, validator=int_at_least(0))
 
 
 @attrs.frozen(kw_only=True)
@@ -128,7 +122,7 @@ class StepCostModel:
     """π: prefill attention per query-key pair."""
     prefill_attn_s_per_token: float = attrs.field(validator=_check_seconds)
     """γ': prefill attention per new prompt token."""
-    num_layers: int = attrs.field(default=32, validator=_check_count(1))
+    num_layers: int = attrs.field(default=32, validator=int_at_least(1))
 
     @classmethod
     def preset(cls, name: str) -> StepCostModel:
