@@ -45,16 +45,13 @@ from ray.serve.handle import DeploymentHandle
 from integrations.ray_serve import metrics
 from integrations.ray_serve.engine import EngineRequest, ReplyHead
 from integrations.ray_serve.prefix import PromptKeys, RoutingHint
-from integrations.vllm_v1.pd.proxy import validation_error
+from integrations.vllm_v1.pd.proxy import prefill_request, validation_error
 from integrations.vllm_v1.rejection import Rejection
 
 logger = logging.getLogger(__name__)
 
 _DROPPED_HEADERS = frozenset({"host", "content-length", "connection", "transfer-encoding",
                               "keep-alive", "upgrade", "accept-encoding"})
-_REMOTE_DECODE = {"do_remote_decode": True, "do_remote_prefill": False,
-                  "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
-                  "remote_port": None}
 _RETRY_STATUSES = frozenset({500, 502, 504})
 """Engine answers retried elsewhere (the engine failed; a 503/429 is a decision, kept)."""
 
@@ -226,14 +223,10 @@ class OpenAIIngress:
         """
         if self.prefill is None:
             return None
-        request = {**body, "stream": False, "max_tokens": 1,
-                   "kv_transfer_params": dict(_REMOTE_DECODE)}
-        request.pop("stream_options", None)
-        if "max_completion_tokens" in request:
-            request["max_completion_tokens"] = 1
         try:
             attempt = await self._first(self.prefill, EngineRequest(
-                path=f"/v1/{endpoint}", body=json.dumps(request).encode(), headers=headers,
+                path=f"/v1/{endpoint}", body=json.dumps(prefill_request(body)).encode(),
+                headers=headers,
                 hint=hint), self.config.prefill_label)
         except _Failed as failed:
             logger.warning("prefill failed, the decode replica computes the prompt: %s", failed)

@@ -86,6 +86,22 @@ def validation_error(body: object, endpoint: str) -> str | None:
     return None
 
 
+REMOTE_DECODE = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+                 "remote_block_ids": None, "remote_host": None, "remote_port": None}
+"""The ``kv_transfer_params`` a prefill request carries: compute the prompt's KV and keep it
+for a decode instance to pull."""
+
+
+def prefill_request(body: dict) -> dict:
+    """The request a prefill instance gets for the client's ``body`` (left unchanged): the same
+    prompt with one output token, no stream, and `REMOTE_DECODE`."""
+    request = {**body, "stream": False, "max_tokens": 1, "kv_transfer_params": dict(REMOTE_DECODE)}
+    request.pop("stream_options", None)
+    if "max_completion_tokens" in request:
+        request["max_completion_tokens"] = 1
+    return request
+
+
 def prompt_units(body: dict, endpoint: str) -> list:
     """The prompt as routing units: token ids, or characters of the text."""
     if endpoint == "completions" and isinstance(body["prompt"], list):
@@ -254,13 +270,7 @@ class PDProxy:
 
     async def _prefill(self, body: dict, endpoint: str, name: str, tokens: int) -> dict | None:
         """Run the prompt on ``name`` with one output token; its ``kv_transfer_params``."""
-        request = {**body, "stream": False, "max_tokens": 1,
-                   "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False,
-                                          "remote_engine_id": None, "remote_block_ids": None,
-                                          "remote_host": None, "remote_port": None}}
-        request.pop("stream_options", None)
-        if "max_completion_tokens" in request:
-            request["max_completion_tokens"] = 1
+        request = prefill_request(body)
         self._prefill_tokens[name] = self._prefill_tokens.get(name, 0) + tokens
         self._metrics.inflight.labels(name, "prefill").inc()
         try:

@@ -9,7 +9,12 @@ import pytest
 from aiohttp import web
 
 from integrations.vllm_v1.pd.launch import free_port
-from integrations.vllm_v1.pd.proxy import PDProxy, validation_error
+from integrations.vllm_v1.pd.proxy import (
+    REMOTE_DECODE,
+    PDProxy,
+    prefill_request,
+    validation_error,
+)
 from policies.pd_router import PDRouter
 
 
@@ -192,3 +197,16 @@ def test_500_concurrent_streams_are_each_answered_once():
         prompts = sorted(b["prompt"] for f in decoders for b in f.bodies)
         assert prompts == sorted(f"p{i}" for i in range(500))  # none dropped, none duplicated
     run_scenario({"prefill0": "ok", "decode0": "ok", "decode1": "ok"}, scenario)
+
+
+def test_the_prefill_request_asks_one_token_unstreamed_and_leaves_the_body_alone():
+    body = {"messages": [{"role": "user", "content": "hi"}], "stream": True,
+            "stream_options": {"include_usage": True}, "max_completion_tokens": 50,
+            "temperature": 0.5}
+    request = prefill_request(body)
+    assert request == {"messages": body["messages"], "stream": False, "max_tokens": 1,
+                       "max_completion_tokens": 1, "temperature": 0.5,
+                       "kv_transfer_params": REMOTE_DECODE}
+    assert "kv_transfer_params" not in body and body["stream"] is True
+    request["kv_transfer_params"]["remote_host"] = "x"
+    assert REMOTE_DECODE["remote_host"] is None
