@@ -22,7 +22,7 @@ deltas over the run): the prefix-cache hit rate; from the ingress: the routing
 decisions. The tiny model on shared CPUs: relative numbers only. Writes
 ``OUT/ray_serve_live.json`` and, with ``--png``, the Grafana dashboard's panels rendered
 from the last router's run's scrapes (each panel's own PromQL, evaluated by
-`integrations.ray_serve.dashboard`).
+`benchmarks.ray_serve_dashboard`).
 
 Usage: ``python -m benchmarks.ray_serve_live --out DIR [--parallel] [--png PATH]``
 """
@@ -125,7 +125,7 @@ async def _drive(url: str, model: str, requests: list[tuple[int, str]], concurre
 
 
 def _engine_counters(targets: list[dict]) -> dict[str, dict[str, float]]:
-    from integrations.ray_serve.dashboard import scrape
+    from benchmarks.ray_serve_dashboard import scrape
 
     out = {}
     for target in targets:
@@ -144,13 +144,13 @@ class _Recorder(threading.Thread):
 
     def __init__(self, ingress: str, targets_dir: str, period_s: float = 0.5) -> None:
         super().__init__(daemon=True)
-        from integrations.ray_serve.dashboard import Series
+        from benchmarks.ray_serve_dashboard import Series
 
         self.series, self.ingress, self.targets_dir = Series(), ingress, targets_dir
         self.period_s, self.stop_event, self.started = period_s, threading.Event(), time.time()
 
     def run(self) -> None:
-        from integrations.ray_serve.dashboard import scrape
+        from benchmarks.ray_serve_dashboard import scrape
         from integrations.ray_serve.metrics import TargetsDirectory
 
         while not self.stop_event.is_set():
@@ -168,7 +168,7 @@ class _Recorder(threading.Thread):
 def _decisions(url: str) -> dict[str, float]:
     from urllib.request import urlopen
 
-    from integrations.ray_serve.dashboard import parse_samples
+    from benchmarks.ray_serve_dashboard import parse_samples
 
     with urlopen(f"{url}/metrics", timeout=30) as page:
         return {dict(labels)["reason"]: value
@@ -285,7 +285,7 @@ def render_dashboard(series, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from integrations.ray_serve import dashboard
+    from benchmarks import ray_serve_dashboard as dashboard
 
     board = dashboard.load_dashboard()
     panels = board["panels"]

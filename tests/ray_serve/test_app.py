@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from integrations.ray_serve import dashboard
+from benchmarks import ray_serve_dashboard as dashboard
 from integrations.ray_serve.metrics import TargetsDirectory
 from tests.ray_serve.client import get, metric, post
 from tests.ray_serve.conftest import CHATS, MAX_TOKENS, PROMPTS

@@ -1,4 +1,4 @@
-"""The Ray Serve package's pure parts: prefix keys, the in-process ASGI call, the dashboard."""
+"""The Ray Serve package's pure parts: prefix keys, the in-process ASGI call."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from integrations.ray_serve import dashboard
 from integrations.ray_serve.asgi import ResponseStart, call_asgi
 from integrations.ray_serve.prefix import PromptKeys, block_keys
 
@@ -81,28 +80,3 @@ def test_closing_the_call_tells_the_app_the_client_left():
 
     asyncio.run(run())
     assert seen == ["http.disconnect"]
-
-
-def test_dashboard_queries_are_namespaced_and_evaluate_on_scrapes():
-    board = dashboard.load_dashboard()
-    titles = {title for title, _, _ in dashboard.queries(board)}
-    assert {"Prefix-cache hit rate", "Queue by tenant", "Rejections by reason",
-            "Routing decisions by reason"} <= titles
-    for _, expr, _ in dashboard.queries(board):
-        assert dashboard.metric_names(expr), expr
-    series = dashboard.Series()
-    for t, hits in ((0.0, 0.0), (10.0, 30.0)):
-        series.add(t, dashboard.parse_samples(
-            f'vllm:prefix_cache_hits_total {hits}\nvllm:prefix_cache_queries_total {hits * 2}\n'
-            f'vllm:time_to_first_token_seconds_bucket{{le="0.1"}} {hits}\n'
-            f'vllm:time_to_first_token_seconds_bucket{{le="+Inf"}} {hits * 2}\n',
-            {"replica": "r0"}))
-    ratio = dashboard.evaluate("sum by (replica) (rate(vllm:prefix_cache_hits_total[10s])) / "
-                               "sum by (replica) (rate(vllm:prefix_cache_queries_total[10s]))",
-                               series, 10.0)
-    assert ratio == {(("replica", "r0"),): 0.5}
-    p25 = dashboard.evaluate("histogram_quantile(0.25, sum by (le) "
-                             "(rate(vllm:time_to_first_token_seconds_bucket[10s])))", series, 10.0)
-    assert p25 == {(): pytest.approx(0.05)}
-    with pytest.raises(ValueError):
-        dashboard.evaluate("sum(rate(x[1m])) ) )", series, 10.0)

@@ -1,4 +1,5 @@
-"""The Grafana dashboard (``grafana_dashboard.json``): its queries, and a scrape-based evaluator.
+"""The Ray Serve app's Grafana dashboard (``integrations/ray_serve/grafana_dashboard.json``):
+its queries, and a scrape-based evaluator for tests and the live benchmark.
 
 `queries` lists every PromQL expression of the dashboard, `metric_names` the metrics an
 expression reads (every metric here is namespaced, ``vllm:`` or ``policies:``), and
@@ -21,7 +22,9 @@ from pathlib import Path
 
 import attrs
 
-DASHBOARD_PATH = Path(__file__).with_name("grafana_dashboard.json")
+import integrations.ray_serve
+
+DASHBOARD_PATH = Path(integrations.ray_serve.__file__).with_name("grafana_dashboard.json")
 _METRIC = re.compile(r"(?<![\w:])([a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]+)")
 _TOKEN = re.compile(r"\s*(\d+\.\d+|\d+|\$__\w+|[A-Za-z_][\w:]*|\[[^\]]*\]|\{[^}]*\}|[(),/])")
 DEFAULT_WINDOW_S = 30.0
