@@ -35,6 +35,7 @@ from tqdm import tqdm
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.presets import preset
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
+from policies.percentile import percentile
 
 PROMPT_TOKENS = 64
 CHURN_PREFIXES = 16
@@ -70,11 +71,6 @@ def _churn_harness(pipeline_name: str | None, running: int, waiting: int) -> Sch
 def _add_churn_request(harness: SchedulerHarness, i: int) -> None:
     harness.add_request(f"req-{i}", _churn_prompt(i), 16 + i % 48, priority=i % 5 - 2)
     harness.clock.advance(0.0001)
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _loaded_harness(pipeline_name: str | None, running: int, waiting: int) -> SchedulerHarness:
@@ -135,7 +131,7 @@ def measure(pipeline_name: str, running: int, waiting: int, iterations: int,
         "clock": clock,
         "churn": churn,
         "ratio_median": ours_median / stock_median,
-        "ratio_p99": _percentile(timings["pipeline"], 0.99) / _percentile(timings["stock"], 0.99),
+        "ratio_p99": percentile(timings["pipeline"], 99) / percentile(timings["stock"], 99),
         "stock_median_us": stock_median * 1e6,
         "pipeline_median_us": ours_median * 1e6,
     }

@@ -41,6 +41,7 @@ from pathlib import Path
 import attrs
 
 from integrations.ray_serve import cluster as _cluster  # noqa: F401 - before Ray is imported
+from policies.percentile import percentile
 
 ROUTERS = ("pow2", "pd_router")
 
@@ -57,11 +58,6 @@ def parse_router(spec: str) -> tuple[str, dict[str, float]]:
     if kwargs and name != "pd_router":
         raise ValueError(f"--routers: {name} takes no parameters, got {spec!r}")
     return name, kwargs
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def workload(families: int, requests: int, seed: int) -> list[tuple[int, str]]:
@@ -267,7 +263,8 @@ def _summary(router, results, before, after, elapsed, decisions, series) -> dict
     return {
         "router": router, "requests": len(results),
         "completed": sum(r["status"] == 200 for r in results),
-        "ttft_p50_s": _percentile(ttfts, 0.50), "ttft_p99_s": _percentile(ttfts, 0.99),
+        "ttft_p50_s": percentile(ttfts, 50) if ttfts else float("nan"),
+        "ttft_p99_s": percentile(ttfts, 99) if ttfts else float("nan"),
         "ttft_mean_s": statistics.fmean(ttfts) if ttfts else float("nan"),
         "prefix_cache_hit_rate": hits / queries if queries else 0.0,
         "prefix_cache_hit_rate_by_replica": by_replica,

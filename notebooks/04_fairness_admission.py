@@ -191,13 +191,13 @@ runs = {system: replay(trace, system, shape=shape, cost_model=cost) for system i
 summaries = {system: summarize(run, weights=TENANT_WEIGHTS) for system, run in runs.items()}
 
 # %%
-import numpy as np
+from policies.percentile import percentile
 
 TIERS = {"Gold": ("t0", "t1"), "Bronze": ("t5", "t6")}
 
 def tier_ttft_p99(run, tenants) -> float:
-    return float(np.percentile([r.ttft_s for r in run.records
-                                if r.outcome == "completed" and r.tenant in tenants], 99))
+    return percentile([r.ttft_s for r in run.records
+                       if r.outcome == "completed" and r.tenant in tenants], 99)
 
 print(f"{'system':<18}{'Jain':>6}{'Gold p99':>10}{'Bronze p99':>12}{'goodput':>9}  rejections")
 print(f"{'':<18}{'':>6}{'s':>10}{'s':>12}{'req/s':>9}")

@@ -19,6 +19,7 @@ import numpy as np
 
 from benchmarks.replay.datasets import load_trace
 from policies.pd_router import InstanceLoad, PDRouter, chain_keys
+from policies.percentile import percentile
 
 
 def measure(num_instances: int, keys: list[list[int]], prompts: list[int], *, block_size: int,
@@ -60,8 +61,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         micros = np.min([measure(int(n), keys, prompts, block_size=trace.block_size or 512,
                                  warm=args.warm) for _ in range(args.repeats)], axis=0)
         rows.append({"instances": int(n), "calls": len(micros),
-                     "p50_us": float(np.percentile(micros, 50)),
-                     "p99_us": float(np.percentile(micros, 99))})
+                     "p50_us": percentile(micros, 50),
+                     "p99_us": percentile(micros, 99)})
     print(json.dumps(rows, indent=2))
     return rows
 

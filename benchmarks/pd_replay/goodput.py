@@ -16,6 +16,7 @@ import numpy as np
 
 from benchmarks.replay.metrics import DEFAULT_SLOS, SLO, request_class
 from benchmarks.replay.records import RequestRecord
+from policies.percentile import percentile
 
 DEFAULT_ITL_SLO_S = 0.1
 """Per-request p99 inter-token gap bound of the ITL-bounded SLO, seconds."""
@@ -30,7 +31,7 @@ def meets_itl_slo(record: RequestRecord, itl_s: float,
     if record.ttft_s > slo.ttft_s:
         return False
     gaps = np.diff(record.token_times_s)
-    return not len(gaps) or float(np.percentile(gaps, 99)) <= itl_s
+    return not len(gaps) or percentile(gaps, 99) <= itl_s
 
 
 def itl_goodput(records: Iterable[RequestRecord], duration_s: float, itl_s: float,

@@ -15,6 +15,7 @@ import attrs
 import numpy as np
 
 from benchmarks.replay.records import RequestRecord, SystemRun
+from policies.percentile import percentile
 
 SHORT_PROMPT_TOKENS = 512
 
@@ -48,7 +49,7 @@ def request_class(record: RequestRecord) -> str:
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
+    return percentile(values, q) if values else None
 
 
 def meets_slo(record: RequestRecord, slos: Mapping[str, SLO]) -> bool:

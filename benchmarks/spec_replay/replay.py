@@ -16,6 +16,7 @@ import attrs
 import numpy as np
 
 from benchmarks.spec_replay.proposers import ReplayProposer
+from policies.percentile import percentile
 from policies.speculative import SpecMetrics
 
 _clock_ns = time.perf_counter_ns
@@ -104,8 +105,8 @@ def replay(proposer: ReplayProposer, requests: list[TokenizedRequest], k: int) -
     return ReplayResult(
         proposer=proposer.name, k=k, tau=round(stats.tau, 4), tau_d=round(stats.tau_d, 4),
         acceptance=round(stats.acceptance_rate, 4), coverage=round(stats.coverage, 4),
-        propose_p50_us=round(float(np.percentile(latency_us, 50)), 2) if propose_ns else 0.0,
-        propose_p99_us=round(float(np.percentile(latency_us, 99)), 2) if propose_ns else 0.0,
+        propose_p50_us=round(percentile(latency_us, 50), 2) if propose_ns else 0.0,
+        propose_p99_us=round(percentile(latency_us, 99), 2) if propose_ns else 0.0,
         update_us_per_token=round(update_ns / 1e3 / max(stats.emitted_tokens, 1), 3),
         bytes_per_token=round(proposer.bytes_per_token(), 1), requests=len(requests),
         output_tokens=stats.emitted_tokens)

@@ -26,6 +26,7 @@ from benchmarks.spec_replay.proposers import (
     arctic_available,
 )
 from benchmarks.spec_replay.replay import TokenizedRequest, replay
+from policies.percentile import percentile
 from policies.speculative import DraftConfig
 
 CONTEXT_TOKENS = (1_024, 4_096, 16_384, 65_536, 131_072)
@@ -73,8 +74,8 @@ def context_sweep(tokenizer, families: list[str], k: int = 32, steps: int = 200,
             if length not in lengths:
                 continue
             rows.append({"proposer": proposer.name, "context_tokens": length,
-                         "propose_p50_us": round(float(np.percentile(us, 50)), 2),
-                         "propose_p99_us": round(float(np.percentile(us, 99)), 2),
+                         "propose_p50_us": round(percentile(us, 50), 2),
+                         "propose_p99_us": round(percentile(us, 99), 2),
                          "build_ms": round(build_ns / 1e6, 2)})
     return rows
 

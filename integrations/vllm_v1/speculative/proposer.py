@@ -33,6 +33,7 @@ import numpy as np
 
 from integrations.vllm_v1.speculative.metrics import SpecPrometheus
 from integrations.vllm_v1.speculative.rows import BatchRows
+from policies.percentile import percentile
 from policies.speculative import (
     DraftConfig,
     DrafterStats,
@@ -131,8 +132,8 @@ class SuffixAutomatonProposer:
         return SpecProposerStats(
             drafter=self.drafter.stats(), verification=self.metrics.stats(),
             tracked_requests=self.rows.tracked,
-            propose_p50_us=float(np.percentile(latency_us, 50)) if latency_us.size else 0.0,
-            propose_p99_us=float(np.percentile(latency_us, 99)) if latency_us.size else 0.0,
+            propose_p50_us=percentile(latency_us, 50) if latency_us.size else 0.0,
+            propose_p99_us=percentile(latency_us, 99) if latency_us.size else 0.0,
             update_us_per_token=self._update_ns / 1e3 / max(self._update_tokens, 1))
 
     def _propose_row(self, row: int, sampled: list[int], n: int,
