@@ -41,15 +41,20 @@ def feature_hooks(scheduler: Any) -> list[SchedulerHook]:
     """The hooks of ``scheduler.pipeline``'s set slots, then of its config entry's keys, then
     those the entry's ``hooks`` names (each factory once)."""
     pipeline = scheduler.pipeline
-    hooks = [_named_hook(path)(scheduler, getattr(pipeline, slot)) for slot, path in SLOT_HOOKS
+    hooks = [named_hook(path)(scheduler, getattr(pipeline, slot)) for slot, path in SLOT_HOOKS
              if getattr(pipeline, slot) is not None]
     entry = config_entry(scheduler.vllm_config.additional_config)
     paths = [path for key, path in KEY_HOOKS if entry.get(key) is not None]
     paths += list(entry.get("hooks") or ())
-    return hooks + [_named_hook(path)(scheduler) for path in dict.fromkeys(paths)]
+    return hooks + [named_hook(path)(scheduler) for path in dict.fromkeys(paths)]
 
 
-def _named_hook(path: object) -> Callable[..., SchedulerHook]:
+def named_hook(path: object) -> Callable[..., SchedulerHook]:
+    """The hook factory ``path`` (``package.module:factory``) names, imported.
+
+    Raises:
+        PipelineConfigError: ``path`` is malformed or cannot be imported.
+    """
     if not isinstance(path, str) or ":" not in path:
         raise PipelineConfigError(f"{CONFIG_KEY}.hooks: expected 'package.module:factory', "
                                   f"got {path!r}")

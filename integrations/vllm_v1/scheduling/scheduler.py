@@ -43,6 +43,7 @@ import attrs
 from integrations.vllm_v1.config.spec import pipeline_from_additional_config
 from integrations.vllm_v1.hooks import HookTable
 from integrations.vllm_v1.metrics import PolicyMetrics
+from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.rejection import Rejection
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
 from integrations.vllm_v1.scheduling.features import feature_hooks
@@ -112,6 +113,25 @@ def _prefill_part(tokens: int, prompt_tokens: int, computed_tokens: int) -> int:
     return 0 if prompt_left <= 0 else tokens if tokens < prompt_left else prompt_left
 
 
+def check_scheduling_policy(pipeline: Pipeline, policy: str) -> None:
+    """Refuse vLLM's ``--scheduling-policy priority`` with a pipeline that orders requests.
+
+    Raises:
+        ValueError: for ``priority`` with a pipeline that orders requests itself (two
+            rules at once: the pipeline's waiting order and vLLM's priority victim).
+    """
+    if policy == "priority" and (pipeline.reorders_requests
+                                 or pipeline.deadline_policy is not None):
+        raise ValueError(
+            "--scheduling-policy priority cannot be combined with a pipeline that orders "
+            f"requests (ranking={type(pipeline.ranking).__name__}, levels="
+            f"{type(pipeline.levels).__name__ if pipeline.levels else None}, fairness="
+            f"{type(pipeline.fairness).__name__ if pipeline.fairness else None}): vLLM "
+            "would still pick preemption victims by priority while the pipeline orders "
+            "the queue. Use --scheduling-policy fcfs (the pipeline's ranking reads each "
+            "request's priority, e.g. QoSRanker) or the identity pipeline.")
+
+
 class PolicySchedulerMixin:
     """The pipeline seams; mixed into `Scheduler` and `AsyncScheduler`."""
 
@@ -162,19 +182,8 @@ class PolicySchedulerMixin:
             ValueError: for ``priority`` with a pipeline that orders requests itself (two
                 rules at once: the pipeline's waiting order and vLLM's priority victim).
         """
-        if self.scheduler_config.policy != "priority":
-            return True
-        pipeline = self.pipeline
-        if pipeline.reorders_requests or pipeline.deadline_policy is not None:
-            raise ValueError(
-                "--scheduling-policy priority cannot be combined with a pipeline that orders "
-                f"requests (ranking={type(pipeline.ranking).__name__}, levels="
-                f"{type(pipeline.levels).__name__ if pipeline.levels else None}, fairness="
-                f"{type(pipeline.fairness).__name__ if pipeline.fairness else None}): vLLM "
-                "would still pick preemption victims by priority while the pipeline orders "
-                "the queue. Use --scheduling-policy fcfs (the pipeline's ranking reads each "
-                "request's priority, e.g. QoSRanker) or the identity pipeline.")
-        return False
+        check_scheduling_policy(self.pipeline, self.scheduler_config.policy)
+        return self.scheduler_config.policy != "priority"
 
     # -- views, keys and load -------------------------------------------------
 

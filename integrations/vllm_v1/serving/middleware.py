@@ -14,7 +14,9 @@ reaches the scheduler (`integrations.vllm_v1.serving.routes`), one request is on
    status, reason and ``Retry-After``.
 
 The ticket travels as a local of that call, not through the ASGI scope. Other routes
-and other scope types pass straight through. Configuration (our ``--additional-config``
+and other scope types pass straight through. On ``SIGTERM`` it drains
+(`integrations.vllm_v1.serving.drain`): new engine requests and ``/health`` get 503,
+requests in flight finish, then the server stops. Configuration (our ``--additional-config``
 entry) is read once, at start-up: a bad entry fails the start with its message.
 """
 
@@ -23,11 +25,20 @@ from __future__ import annotations
 import attrs
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
-from integrations.vllm_v1.serving.asgi import ASGIApp, Message, Receive, Scope, Send, app_entry
+from integrations.vllm_v1.serving.asgi import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    app_entry,
+    send_error,
+)
+from integrations.vllm_v1.serving.drain import HEALTH_PATHS, Drain
 from integrations.vllm_v1.serving.http_status import Responder
 from integrations.vllm_v1.serving.http_validation import forward_checked
 from integrations.vllm_v1.serving.rejection_channel import RejectionBook, channel_address
-from integrations.vllm_v1.serving.routes import RouteTable
+from integrations.vllm_v1.serving.routes import EngineRoute, RouteTable
 from integrations.vllm_v1.serving.tenants import TenantBinding
 
 PATH = "integrations.vllm_v1.serving.middleware.PolicyMiddleware"
@@ -39,6 +50,7 @@ class _Setup:
     routes: RouteTable
     binding: TenantBinding | None
     book: RejectionBook | None
+    drain: Drain
 
 
 class PolicyMiddleware:
@@ -57,11 +69,12 @@ class PolicyMiddleware:
         if self._setup is None:
             entry = app_entry(scope)
             binding = TenantBinding.from_entry(entry)
+            drain = Drain.from_entry(entry)
             address = channel_address(entry)
             book = RejectionBook(address) if address else None
             if book is not None and not book.start():
                 book = None
-            self._setup = _Setup(RouteTable.from_app(scope.get("app")), binding, book)
+            self._setup = _Setup(RouteTable.from_app(scope.get("app")), binding, book, drain)
         return self._setup
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -73,9 +86,19 @@ class PolicyMiddleware:
             return
         setup = self.setup(scope)
         route = setup.routes.match(scope)
+        if setup.drain.draining and (route is not None or scope.get("path") in HEALTH_PATHS):
+            await send_error(send, 503, "server is shutting down: retry on another instance",
+                             anthropic=route is not None and route.anthropic_errors,
+                             retry_after="1")
+            return
         if route is None:
             await self.app(scope, receive, send)
             return
+        with setup.drain.track():
+            await self._engine_request(setup, route, scope, receive, send)
+
+    async def _engine_request(self, setup: _Setup, route: EngineRoute, scope: Scope,
+                              receive: Receive, send: Send) -> None:
         book = setup.book
         ticket = book.expect() if book is not None else None
         try:
@@ -91,7 +114,7 @@ class PolicyMiddleware:
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            self.setup(scope)
+            self.setup(scope).drain.install()
         except PipelineConfigError as error:  # a bad config entry: fail the start, say why
             message = await receive()
             if message["type"] == "lifespan.startup":

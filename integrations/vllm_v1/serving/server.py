@@ -31,6 +31,7 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 MIDDLEWARE = ("integrations.vllm_v1.serving.middleware.PolicyMiddleware",)
 """The ``--middleware`` paths (`integrations.vllm_v1.serving.middleware`: one)."""
 _ADDITIONAL = "--additional-config"
+METRICS_DIR_PREFIX = "policies-metrics-"
 
 
 def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
@@ -114,9 +115,27 @@ def new_metrics_dir() -> str | None:
     """A fresh ``PROMETHEUS_MULTIPROC_DIR`` for a child server, unless the caller set one.
 
     With it, the server's ``/metrics`` also shows what the pipeline decides (see
-    `integrations.vllm_v1.metrics`). The caller removes the directory after the server exits.
+    `integrations.vllm_v1.metrics`). The caller removes the directory after the server
+    exits; one whose creator died without removing it (``kill -9``) is removed here. The
+    creator's process id is in the name (``policies-metrics-<pid>-*``).
     """
-    return None if os.environ.get(MULTIPROC_ENV) else tempfile.mkdtemp(prefix="policies-metrics-")
+    if os.environ.get(MULTIPROC_ENV):
+        return None
+    for stale in Path(tempfile.gettempdir()).glob(f"{METRICS_DIR_PREFIX}*-*"):
+        pid = stale.name.removeprefix(METRICS_DIR_PREFIX).partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def server_env(metrics_dir: str | None) -> dict[str, str]:

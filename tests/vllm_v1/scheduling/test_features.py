@@ -8,12 +8,12 @@ import pytest
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.hooks import SchedulerHook
-from integrations.vllm_v1.scheduling.features import KEY_HOOKS, SLOT_HOOKS, _named_hook
+from integrations.vllm_v1.scheduling.features import KEY_HOOKS, SLOT_HOOKS, named_hook
 
 
 @pytest.mark.parametrize(("name", "path"), SLOT_HOOKS + KEY_HOOKS)
 def test_every_registered_path_is_a_scheduler_hook(name, path):
-    hook = _named_hook(path)
+    hook = named_hook(path)
     assert isinstance(hook, type) and issubclass(hook, SchedulerHook), (name, path)
 
 
@@ -28,4 +28,4 @@ def test_every_slot_hook_is_named_by_a_pipeline_field():
 ])
 def test_a_bad_hook_path_names_the_config_field(path, message):
     with pytest.raises(PipelineConfigError, match=f"llm_serving_policies.hooks: {message}"):
-        _named_hook(path)
+        named_hook(path)

@@ -24,12 +24,13 @@ def server(random_model_dir, tmp_path_factory):
     (folder / "bronze.key").write_text(BRONZE_KEY)
     tenants = {"gold": {"api_key_file": str(folder / "gold.key"), "min_priority": -20},
                "bronze": {"api_key_file": str(folder / "bronze.key"), "min_priority": 0,
-                          "slo_classes": ["drop", "batch"]}}
+                          "slo_classes": ["drop", "batch"]},
+               "default": {"min_priority": 0, "slo_classes": ["drop"]}}  # the probe's class
     (folder / "tenants.json").write_text(json.dumps(tenants))
     entry = {CONFIG_KEY: {"tenants": str(folder / "tenants.json")}}  # keys never on argv
     args = ("--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
             "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20),
-            "--additional-config", json.dumps(entry))
+            "--enable-scale-out", "--additional-config", json.dumps(entry))
     with serve(Pipeline(admission=ProbeAdmission()), random_model_dir, port=free_port(),
                vllm_args=args, log_path=str(folder / "server.log")) as handle:
         handle.wait_until_healthy(timeout_s=400)
@@ -80,6 +81,17 @@ def test_tenant_limits_and_unknown_keys(server):
     assert reply.status == 403 and "slo_class 'gold' is not allowed" in reply.message
     reply = seen(server, "not-a-key")
     assert reply.status == 401 and reply.message == "the API key matches no tenant"
+
+
+def test_generate_route_is_the_keys_tenant_and_refuses_a_claim(server):
+    body = {"model": server.model, "token_ids": [1, 2, 3],
+            "sampling_params": {"max_tokens": 2, "extra_args": {"slo_class": "drop"}}}
+    reply = send(server.url, "/inference/v1/generate", body,
+                 [("Authorization", f"Bearer {BRONZE_KEY}")])
+    assert reply.status == 503 and "tenant=bronze" in reply.message, reply.text
+    body["sampling_params"]["extra_args"]["tenant"] = "gold"  # no key: a privilege escalation
+    reply = send(server.url, "/inference/v1/generate", body)
+    assert reply.status == 403 and "'gold' does not match" in reply.message, reply.text
 
 
 def test_a_tenant_with_its_key_is_served(server):
