@@ -16,9 +16,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 logging.getLogger("vllm").setLevel(logging.ERROR)  # quiet CPU-platform notices
 
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.datasets import load_trace
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
+from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape
 from policies import QoSRanker
@@ -46,7 +46,7 @@ print("a request is never overtaken by one arriving more than",
 # `replay` drives vLLM's real `Scheduler` and KV-cache manager; only the GPU is simulated.
 
 # %%
-trace = load_trace("azure-conv", max_requests=600).scaled(5.0)
+trace = load_workload("azure-conv", max_requests=600).scaled(5.0)
 shape = EngineShape(num_blocks=24800, block_size=16, max_num_seqs=256,
                     max_num_batched_tokens=8192)
 cost = StepCostModel.preset("h100")

@@ -17,9 +17,10 @@ logging.getLogger("vllm").setLevel(logging.ERROR)  # quiet CPU-platform notices
 
 from benchmarks.replay.__main__ import format_table, with_tenant_priorities
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
-from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
+from benchmarks.replay.datasets import assign_servegen_tenants
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
+from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1.instruments import EngineShape
 
 # %% [markdown]
@@ -31,7 +32,7 @@ from integrations.vllm_v1.instruments import EngineShape
 
 # %%
 trace = with_tenant_priorities(assign_servegen_tenants(
-    load_trace("azure-conv", max_requests=1200))).scaled(5.0)
+    load_workload("azure-conv", max_requests=1200))).scaled(5.0)
 print(len(trace.requests), "requests over", round(trace.duration_s, 1), "s")
 cost = StepCostModel.preset("h100")
 for name, batch in [("decode 1 seq, ctx 512", StepBatch(decode_context_tokens=(512,))),

@@ -19,10 +19,10 @@ logging.getLogger("vllm").setLevel(logging.ERROR)  # quiet CPU-platform notices
 
 from benchmarks.replay.__main__ import with_tenant_priorities
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
+from benchmarks.replay.datasets import assign_servegen_tenants
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
-from benchmarks.replay.workloads import TENANT_WEIGHTS
+from benchmarks.replay.workloads import TENANT_WEIGHTS, load_workload
 from integrations.vllm_v1.instruments import EngineShape
 from policies import MLFQ, LoadSnapshot, QoSRanker, RequestView, TokenBucket
 from policies.levels import LEVEL_NAMES
@@ -150,7 +150,7 @@ bucket.check_invariants()
 
 # %%
 trace = with_tenant_priorities(assign_servegen_tenants(
-    load_trace("azure-conv", max_requests=600))).scaled(5.0)
+    load_workload("azure-conv", max_requests=600))).scaled(5.0)
 print(len(trace.requests), "requests over", round(trace.duration_s, 1), "s")
 shape = EngineShape(num_blocks=24800, block_size=16, max_num_seqs=256,
                     max_num_batched_tokens=8192)

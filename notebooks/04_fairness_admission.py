@@ -20,10 +20,10 @@ import random
 
 from benchmarks.replay.__main__ import with_tenant_priorities
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.datasets import assign_servegen_tenants, load_trace
+from benchmarks.replay.datasets import assign_servegen_tenants
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
-from benchmarks.replay.workloads import TENANT_WEIGHTS
+from benchmarks.replay.workloads import TENANT_WEIGHTS, load_workload
 from integrations.vllm_v1.config.presets import default_pipeline
 from integrations.vllm_v1.instruments import EngineShape
 from integrations.vllm_v1.rejection import Rejection
@@ -181,7 +181,7 @@ for usage in (0.5, 0.75, 0.9):
 
 # %%
 trace = with_tenant_priorities(assign_servegen_tenants(
-    load_trace("azure-conv", max_requests=900))).scaled(6.0)
+    load_workload("azure-conv", max_requests=900))).scaled(6.0)
 print(len(trace.requests), "requests over", round(trace.duration_s, 1), "s")
 shape = EngineShape(num_blocks=24800, block_size=16, max_num_seqs=256,
                     max_num_batched_tokens=8192)

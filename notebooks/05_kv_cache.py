@@ -12,10 +12,10 @@
 import matplotlib.pyplot as plt
 
 from benchmarks.cache_replay.simulate import replay_opt, replay_order
-from benchmarks.replay.datasets import load_trace
+from benchmarks.replay.workloads import load_workload
 from policies import LRU, Segment, SegmentedLRU
 
-trace = load_trace("mooncake-conv")  # 12,031 requests, 512-token prefix hashes
+trace = load_workload("mooncake-conv")  # 12,031 requests, 512-token prefix hashes
 chains = [request.block_hashes for request in trace.requests]
 print(len(chains), "requests,", sum(map(len, chains)), "prompt blocks")
 

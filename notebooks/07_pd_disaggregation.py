@@ -24,7 +24,7 @@ from benchmarks.pd_replay.__main__ import SCHEDULING, format_table, make_router,
 from benchmarks.pd_replay.cluster import TransferModel, run_cluster
 from benchmarks.pd_replay.goodput import DEFAULT_ITL_SLO_S
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.datasets import load_trace
+from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1.config.pd_roles import PD_DECODE, PD_PREFILL
 from integrations.vllm_v1.instruments import EngineShape
 from policies import InstanceLoad, LeastLoadedRouter, PDRouter, chain_keys
@@ -72,7 +72,7 @@ print("decode: ", PD_DECODE.pipeline.start_gate)
 # cost model, KV moves over a 50 GB/s link per decode instance.
 
 # %%
-trace = load_trace("mooncake-conv", max_requests=200)
+trace = load_workload("mooncake-conv", max_requests=200)
 shape = EngineShape(num_blocks=24800, block_size=16, max_num_batched_tokens=8192,
                     max_model_len=131072)
 decode_shape = attrs.evolve(shape, max_num_batched_tokens=131072)  # a KV load in one step

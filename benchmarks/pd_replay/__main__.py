@@ -44,8 +44,8 @@ from benchmarks.pd_replay.setup import (
 )
 from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.datasets import load_trace
 from benchmarks.replay.trace import Trace
+from benchmarks.replay.workloads import load_workload
 
 __all__ = ["ROUTERS", "SCHEDULING", "build_parser", "format_table", "main", "make_router",
            "parse_topologies"]
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
         raise SystemExit(f"unknown --routers {unknown}; choose from {', '.join(ROUTERS)}")
     topologies = (parse_topologies(args.topologies) if args.topologies
                   else [(args.prefill, args.decode)])
-    trace = trace_window(load_trace(args.trace, format=args.format),
+    trace = trace_window(load_workload(args.trace, format=args.format),
                          args.skip_requests, args.max_requests).scaled(args.rate_scale)
     args.out.mkdir(parents=True, exist_ok=True)
     config = {"requests": len(trace.requests), "skip_requests": args.skip_requests,

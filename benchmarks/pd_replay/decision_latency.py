@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from benchmarks.replay.datasets import load_trace
+from benchmarks.replay.workloads import load_workload
 from policies.pd_router import InstanceLoad, PDRouter, chain_keys
 from policies.percentile import percentile
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--warm", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    trace = load_trace(args.trace, max_requests=args.requests)
+    trace = load_workload(args.trace, max_requests=args.requests)
     keys = [chain_keys(r.block_hashes) for r in trace.requests]
     prompts = [r.prompt_tokens for r in trace.requests]
     rows = []

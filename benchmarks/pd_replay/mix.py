@@ -16,15 +16,15 @@ from pathlib import Path
 
 import attrs
 
-from benchmarks.replay.datasets import load_trace
 from benchmarks.replay.trace import Trace, write_jsonl
+from benchmarks.replay.workloads import load_workload
 
 
 def shifted_mix(names: Sequence[str], *, seconds_each: float, rate_scale: float = 1.0) -> Trace:
     """The first ``seconds_each`` (after scaling) of each named trace, back to back."""
     requests, offset = [], 0.0
     for part, name in enumerate(names):
-        trace = load_trace(name).scaled(rate_scale)
+        trace = load_workload(name).scaled(rate_scale)
         start = trace.requests[0].arrival_s
         window = [r for r in trace.requests if r.arrival_s - start < seconds_each]
         requests += [attrs.evolve(r, request_id=f"{part}-{r.request_id}",

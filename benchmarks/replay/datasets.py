@@ -10,7 +10,9 @@ Built-in traces (files under ``benchmarks/data``, see ``ATTRIBUTION.md`` there):
   Poisson arrivals) built from public datasets, same format.
 
 None of them names tenants; `assign_servegen_tenants` draws tenants with the
-rate mix of real Alibaba Bailian clients from ServeGen.
+rate mix of real Alibaba Bailian clients from ServeGen. Load them, trace files and the
+generated workloads through the one entry point,
+`benchmarks.replay.workloads.load_workload`.
 """
 
 from __future__ import annotations
@@ -242,17 +244,17 @@ def sniff_format(path: str | os.PathLike[str]) -> str:
     )
 
 
-def load_trace(
+def _read_trace(
     name_or_path: str | os.PathLike[str],
     *,
     format: str = "auto",
     max_requests: int | None = None,
 ) -> Trace:
-    """Load a built-in trace by name, or a trace file in any supported format.
+    """A built-in trace by name, or a trace file in any supported format (what
+    `benchmarks.replay.workloads.load_workload` reads for them).
 
     Args:
-        name_or_path: a key of `BUILTIN_TRACES` or a file path (the synthetic
-            ``enterprise`` workload: `benchmarks.replay.workloads.load_workload`).
+        name_or_path: a key of `BUILTIN_TRACES` or a file path.
         format: "auto" (sniff with `sniff_format`), "jsonl" (canonical),
             "azure" or "mooncake". A built-in name accepts "auto" or its own format.
         max_requests: keep only the first this many requests by arrival.

@@ -17,7 +17,7 @@ import random
 
 import attrs
 
-from benchmarks.replay.datasets import load_trace
+from benchmarks.replay.datasets import _read_trace
 from benchmarks.replay.trace import Trace, TraceRequest
 
 BLOCK_SIZE = 16
@@ -61,7 +61,7 @@ CODE_CANCEL_SHARE = 0.3
 
 @functools.cache
 def _lengths(name: str) -> tuple[tuple[int, int], ...]:
-    return tuple((r.prompt_tokens, r.output_tokens) for r in load_trace(name).requests)
+    return tuple((r.prompt_tokens, r.output_tokens) for r in _read_trace(name).requests)
 
 
 def enterprise_trace(*, duration_s: float = 300.0, seed: int = 0,

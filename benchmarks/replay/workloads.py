@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from benchmarks.replay.agent_sessions import PROFILES, agent_trace
-from benchmarks.replay.datasets import BUILTIN_TRACES, load_trace
+from benchmarks.replay.datasets import BUILTIN_TRACES, _read_trace
 from benchmarks.replay.enterprise import enterprise_trace
 from benchmarks.replay.trace import Trace
 
@@ -31,11 +31,23 @@ WORKLOADS = (*BUILTIN_TRACES, "enterprise", *AGENT_WORKLOADS)
 
 def load_workload(name_or_path: str | os.PathLike[str], *, format: str = "auto",
                   max_requests: int | None = None) -> Trace:
-    """A built-in trace, the synthetic ``enterprise`` workload, a generated agent-session
-    workload (``agent-swe``, ``agent-bfcl``), or a trace file (`load_trace`)."""
+    """The one way to load a trace: a built-in trace (`BUILTIN_TRACES`), the synthetic
+    ``enterprise`` workload, a generated agent-session workload (``agent-swe``,
+    ``agent-bfcl``), or a trace file in any supported format.
+
+    Args:
+        name_or_path: one of `WORKLOADS` or a file path.
+        format: for a file or built-in trace: "auto" (sniff it), "jsonl" (canonical),
+            "azure" or "mooncake".
+        max_requests: keep only the first this many requests by arrival.
+
+    Raises:
+        ValueError: for an unknown name or missing file (listing the built-in names), a
+            bad ``format`` or ``max_requests``, or a bad file (`TraceFormatError`).
+    """
     if name_or_path in AGENT_WORKLOADS:
         return agent_trace(AGENT_WORKLOADS[name_or_path], num_requests=max_requests or 3000)
     if name_or_path == "enterprise":
         trace = enterprise_trace()
         return trace if max_requests is None else trace.head(max_requests)
-    return load_trace(name_or_path, format=format, max_requests=max_requests)
+    return _read_trace(name_or_path, format=format, max_requests=max_requests)

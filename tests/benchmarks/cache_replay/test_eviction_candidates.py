@@ -13,7 +13,7 @@ from benchmarks.cache_replay.__main__ import ORDERS, SHIPPED_PRESET, main, shipp
 from benchmarks.cache_replay.candidates import AdaptiveSegmentedLRU, LeCaR, ReuseDensity
 from benchmarks.cache_replay.prefix_models import enterprise_chains
 from benchmarks.cache_replay.simulate import replay_order
-from benchmarks.replay.datasets import load_trace
+from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1.config.presets import preset
 from policies import EvictionOrder
 from tests.helpers.eviction import assert_misuse_raises_precise_errors
@@ -106,7 +106,7 @@ def test_shipped_is_a_fresh_copy_of_the_cache_presets_order():
 
 
 def test_policies_shipped_measures_the_order_the_preset_ships(tmp_path):
-    trace = load_trace("mooncake-conv", max_requests=300)
+    trace = load_workload("mooncake-conv", max_requests=300)
     chains = [r.block_hashes for r in trace.requests]
     out = tmp_path / "out"
     summary = main(["--trace", "mooncake-conv", "--max-requests", "300", "--cache-blocks", "200",
@@ -127,14 +127,14 @@ def test_slice_replays_a_window_of_the_trace(tmp_path):
 
 
 def test_the_synthetic_mooncake_trace_is_built_in():
-    trace = load_trace("mooncake-synthetic")
+    trace = load_workload("mooncake-synthetic")
     assert len(trace.requests) == 3993 and trace.block_size == 512
     assert len({h for r in trace.requests for h in r.block_hashes}) == 43_924
     assert sum(len(r.block_hashes) for r in trace.requests) == 121_877
 
 
 def test_enterprise_prefix_model_shares_only_each_tenants_system_prompt():
-    trace = load_trace("azure-conv", max_requests=200)
+    trace = load_workload("azure-conv", max_requests=200)
     chains = enterprise_chains(trace)
     assert [len(c) for c in chains] == [32 + -(-r.prompt_tokens // 16) for r in trace.requests]
     roots = {c[:32] for c in chains}

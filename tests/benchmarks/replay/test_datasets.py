@@ -14,16 +14,16 @@ from benchmarks.replay.datasets import (
     BUILTIN_TRACES,
     DATA_DIR,
     assign_servegen_tenants,
-    load_trace,
     servegen_client_rates,
     sniff_format,
 )
 from benchmarks.replay.trace import Trace, TraceFormatError, write_jsonl
+from benchmarks.replay.workloads import load_workload
 
 
 @pytest.fixture(scope="module")
 def builtin() -> dict[str, Trace]:
-    return {name: load_trace(name) for name in BUILTIN_TRACES}
+    return {name: load_workload(name) for name in BUILTIN_TRACES}
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_mooncake_hashes_cover_every_prompt_block(builtin):
 
 
 def test_max_requests_keeps_the_earliest(builtin):
-    assert load_trace("azure-code", max_requests=100) == builtin["azure-code"].head(100)
+    assert load_workload("azure-code", max_requests=100) == builtin["azure-code"].head(100)
 
 
 @pytest.mark.parametrize(
@@ -82,9 +82,9 @@ def test_max_requests_keeps_the_earliest(builtin):
          "non-negative integer, got -1"),
     ],
 )  # fmt: skip
-def test_load_trace_rejects_bad_arguments(kwargs, message):
+def test_load_workload_rejects_bad_arguments(kwargs, message):
     with pytest.raises(ValueError) as info:
-        load_trace(**kwargs)
+        load_workload(**kwargs)
     assert str(info.value) == message
 
 
@@ -112,7 +112,7 @@ def write(path: Path, text: str) -> Path:
 def test_azure_files_are_sniffed_and_rebased(tmp_path, file_name):
     path = write(tmp_path / file_name, AZURE_CSV)
     assert sniff_format(path) == "azure"
-    trace = load_trace(str(path))
+    trace = load_workload(str(path))
     assert trace.name == "small"
     assert [(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in trace.requests] == [
         (0.0, 100, 7),
@@ -124,7 +124,7 @@ def test_azure_files_are_sniffed_and_rebased(tmp_path, file_name):
 def test_mooncake_files_are_sniffed_and_rebased(tmp_path, file_name):
     path = write(tmp_path / file_name, MOONCAKE)
     assert sniff_format(path) == "mooncake"
-    trace = load_trace(str(path))
+    trace = load_workload(str(path))
     assert trace.block_size == 512
     assert [(r.request_id, r.arrival_s, r.block_hashes) for r in trace.requests] == [
         ("1", 0.0, (3,)),
@@ -137,7 +137,7 @@ def test_canonical_files_are_sniffed_with_or_without_header(tmp_path, builtin):
     path = tmp_path / "canon.jsonl.gz"
     write_jsonl(trace, path)
     assert sniff_format(path) == "jsonl"
-    assert load_trace(str(path)) == trace
+    assert load_workload(str(path)) == trace
     bare = write(
         tmp_path / "bare.jsonl", '{"arrival_s": 2, "prompt_tokens": 1, "output_tokens": 1}\n'
     )
@@ -147,7 +147,7 @@ def test_canonical_files_are_sniffed_with_or_without_header(tmp_path, builtin):
 def test_unrecognisable_files_are_refused(tmp_path):
     path = write(tmp_path / "notes.txt", "hello\n")
     with pytest.raises(ValueError, match=r"cannot tell the format of .*notes\.txt"):
-        load_trace(str(path))
+        load_workload(str(path))
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_adapter_errors_name_file_line_and_reason(tmp_path, file_name, text, lin
     path = write(tmp_path / file_name, text)
     fmt = "azure" if file_name.endswith(".csv") else "mooncake"
     with pytest.raises(TraceFormatError) as info:
-        load_trace(str(path), format=fmt)
+        load_workload(str(path), format=fmt)
     assert str(info.value) == f"{path}:{line}: {reason}"
 
 

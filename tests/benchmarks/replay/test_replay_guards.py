@@ -12,10 +12,11 @@ import json
 import pytest
 
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.datasets import load_azure_csv, load_mooncake_jsonl, load_trace
+from benchmarks.replay.datasets import load_azure_csv, load_mooncake_jsonl
 from benchmarks.replay.driver import ReplayStalled, replay
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.trace import Trace, TraceFormatError, TraceRequest, load_jsonl
+from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1.instruments import EngineShape
 from integrations.vllm_v1.rejection import Rejection
 
@@ -53,7 +54,7 @@ def test_prompts_that_leave_no_room_are_rejected_like_vllms_api():
 
 @pytest.mark.timeout(300)
 def test_real_mooncake_prompts_over_the_default_context_are_rejected():
-    trace = load_trace("mooncake-conv", max_requests=40)
+    trace = load_workload("mooncake-conv", max_requests=40)
     too_long = {r.request_id for r in trace.requests if r.prompt_tokens >= 32768}
     assert too_long  # the real trace has them in its first 40 requests
     shape = EngineShape(num_blocks=6000)  # default max_model_len 32,768
@@ -112,13 +113,13 @@ def test_undecodable_bytes_name_their_line(tmp_path):
     with pytest.raises(TraceFormatError, match=r"t\.jsonl:3: not UTF-8 text"):
         load_jsonl(path)
     with pytest.raises(TraceFormatError, match=r":3: not UTF-8 text"):
-        load_trace(path)
+        load_workload(path)
 
 
 def test_undecodable_first_line_is_named_when_sniffing_the_format(tmp_path):
     path = _jsonl(tmp_path, [b"\xfe\xff binary"], name="t.bin")
     with pytest.raises(TraceFormatError, match=r"t\.bin:1: not UTF-8 text"):
-        load_trace(path)
+        load_workload(path)
 
 
 def test_a_truncated_gzip_trace_names_the_line_it_stopped_at(tmp_path):
