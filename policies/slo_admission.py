@@ -109,8 +109,9 @@ class PrefillLedger:
     _cached: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
     _on_prefill_done: Callable[[str, float], None] | None = attrs.field(
         init=False, default=None, repr=False)
-    _kv: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
-    """Admitted, unfinished request id -> the KV tokens it will hold (prompt + expected output)."""
+    _kv: dict[str, tuple[int, int]] = attrs.field(init=False, factory=dict, repr=False)
+    """Admitted, unfinished request id -> (the KV tokens it will hold: prompt + expected output,
+    its expected output tokens)."""
     _kv_demand: int = attrs.field(init=False, default=0, repr=False)
     _decode_start: dict[str, float] = attrs.field(init=False, factory=dict, repr=False)
     _mean_output: float | None = attrs.field(init=False, default=None, repr=False)
@@ -173,9 +174,9 @@ class PrefillLedger:
         if request.request_id in self._entries or request.request_id in self._decoding:
             return
         self._set(request, self.prefill_tokens(request), 0, 0)
-        footprint = request.prompt_tokens + self.expected_output_tokens(request)
-        self._kv[request.request_id] = footprint
-        self._kv_demand += footprint
+        output = self.expected_output_tokens(request)
+        self._kv[request.request_id] = (request.prompt_tokens + output, output)
+        self._kv_demand += request.prompt_tokens + output
 
     def on_first_scheduled(self, request: RequestView, now: float) -> None:
         pass
@@ -186,7 +187,7 @@ class PrefillLedger:
         if entry is not None:
             self._backlog -= entry[1]
         self._stop_decoding(request.request_id)
-        self._kv_demand -= self._kv.pop(request.request_id, 0)
+        self._kv_demand -= self._kv.pop(request.request_id, (0, 0))[0]
         self._decode_start.pop(request.request_id, None)
         if request.output_tokens:
             mean = self._mean_output
@@ -207,15 +208,18 @@ class PrefillLedger:
         """KV tokens the admitted, unfinished requests will hold (prompts + expected outputs)."""
         return self._kv_demand
 
-    def kv_releases(self, now: float, tpot_s: float) -> list[tuple[float, int]]:
-        """``(when, KV tokens)`` the decoding requests free, earliest first, each finishing its
-        expected output at ``tpot_s`` a token from when its decoding began."""
-        kv, expected = self._kv, self._mean_output or DEFAULT_OUTPUT_TOKENS
+    def kv_releases(self, now: float, tpot_s: float, prefill_tokens_per_s: float
+                    ) -> list[tuple[float, int]]:
+        """``(when, KV tokens)`` the admitted requests free, earliest first: each finishes its
+        expected output at ``tpot_s`` a token from when its decoding began, or, still in
+        prefill, from when its remaining prefill is done at ``prefill_tokens_per_s``."""
         releases = []
-        for rid, start in self._decode_start.items():
-            footprint = kv.get(rid)
-            if footprint is not None:
-                releases.append((max(now, start + expected * tpot_s), footprint))
+        for rid, (footprint, output) in self._kv.items():
+            start = self._decode_start.get(rid)
+            if start is None:
+                entry = self._entries.get(rid)
+                start = now + (entry[1] if entry else 0) / prefill_tokens_per_s
+            releases.append((max(now, start + output * tpot_s), footprint))
         releases.sort()
         return releases
 
@@ -264,7 +268,7 @@ class PrefillLedger:
         assert self._backlog == sum(entry[1] for entry in self._entries.values())
         assert not set(self._entries) & set(self._decoding)
         assert self._decoding_context == sum(p for _, p, _ in self._decoding.values())
-        assert self._kv_demand == sum(self._kv.values())
+        assert self._kv_demand == sum(footprint for footprint, _ in self._kv.values())
         assert set(self._decode_start) <= set(self._kv) | set(self._decoding)
         assert all(v >= 0 for v in self._cached.values())
 
@@ -448,10 +452,12 @@ class SLOAdmission:
     feedback_window: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     """Correct ``headroom`` from the last this many admitted requests' first tokens (0: off):
     the headroom in force is ``headroom`` less the 90th percentile of their lateness against
-    the prediction, as a share of their TTFT target, within ``[min_headroom, 1]``. Predictions
-    that come true leave it as configured; first tokens later than predicted (a step model
-    still learning, KV waits the model does not see) lower it; earlier ones raise it."""
+    the prediction, as a share of their TTFT target, within ``[min_headroom, max_headroom]``.
+    Predictions that come true leave it as configured; first tokens later than predicted (a
+    step model still learning, waits the model does not see) lower it; earlier ones (a
+    pessimistic model over-rejecting) raise it, past 1 when they come that much earlier."""
     min_headroom: float = attrs.field(default=0.25, validator=finite_positive)
+    max_headroom: float = attrs.field(default=1.0, validator=finite_positive)
 
     _deadlines: dict[str, tuple[float, float]] = attrs.field(init=False, factory=dict,
                                                               repr=False)
@@ -528,7 +534,8 @@ class SLOAdmission:
         arrival, predicted, target = entry
         self._errors.append((now - arrival - predicted) / target)
         if len(self._errors) >= min(20, self.feedback_window):
-            self._headroom_now = min(max(self.headroom - self._p90(), self.min_headroom), 1.0)
+            self._headroom_now = min(max(self.headroom - self._p90(), self.min_headroom),
+                                     self.max_headroom)
 
     def share(self, priority: int) -> float:
         """The share of the prefill rate a request of ``priority`` is planned on."""
@@ -537,17 +544,18 @@ class SLOAdmission:
     def kv_ready_s(self, request: RequestView, load: LoadSnapshot) -> float:
         """When the KV cache has room for ``request`` beside what is admitted: now, if the
         admitted requests' prompts and expected outputs leave room for its own; else when
-        enough decoding requests will have finished (each at the current step time a token);
-        ``inf`` if they cannot free enough. ``now`` when the capacity is unknown."""
+        enough admitted requests will have finished, each at the step time measured lately
+        (`OnlineStepTimeModel.recent_step_s`, else the model's full step) a token; ``inf``
+        if they cannot free enough. ``now`` when the capacity is unknown."""
         capacity = load.kv_capacity_tokens
         footprint = request.prompt_tokens + self.ledger.expected_output_tokens(request)
         need = self.ledger.kv_demand_tokens + footprint - (capacity or 0)
         if capacity is None or need <= 0:
             return load.now
-        tpot_s = self.step_model.step_s(load.running_requests, self.prefill_per_step(load),
-                                        self.ledger.decoding_context_tokens)
+        rate, step_s = self._rate_and_step(load)
+        tpot_s = getattr(self.step_model, "recent_step_s", None) or step_s
         freed = 0
-        for when, tokens in self.ledger.kv_releases(load.now, tpot_s):
+        for when, tokens in self.ledger.kv_releases(load.now, tpot_s, rate):
             freed += tokens
             if freed >= need:
                 return when

@@ -183,6 +183,7 @@ class OnlineStepTimeModel:
     _model: StepTimeModel = attrs.field(init=False, repr=False)
     _observations: int = attrs.field(init=False, default=0, repr=False)
     _errors: deque[float] = attrs.field(init=False, repr=False)
+    _recent_s: float | None = attrs.field(init=False, default=None, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.window_steps <= 1:
@@ -196,6 +197,12 @@ class OnlineStepTimeModel:
     def model(self) -> StepTimeModel:
         """The current fit."""
         return self._model
+
+    @property
+    def recent_step_s(self) -> float | None:
+        """The measured step time, averaged over about the last 100 steps (None before any):
+        what a decoding request waits per token now."""
+        return self._recent_s
 
     def observe(self, features: StepFeatures, duration_s: float) -> None:
         """Learn from one step of ``features`` that took ``duration_s`` (ignored unless finite
@@ -213,6 +220,8 @@ class OnlineStepTimeModel:
                 row[j] = row[j] * decay + weight * x[i] * x[j]
             self._xty[i] = self._xty[i] * decay + weight * x[i] * duration_s
         self._observations += 1
+        recent = self._recent_s
+        self._recent_s = duration_s if recent is None else recent + (duration_s - recent) / 100
         if self._observations % self.refit_every == 0:
             self._model = self._fit()
 

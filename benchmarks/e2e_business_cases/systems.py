@@ -7,8 +7,9 @@
   ``stock+queue-caps:BASE[:reqs=N][:tokens=N]``.
 - ``pipeline``: `business_pipeline`, the project's full composition without fixes.
 - ``pipeline+fixes``: `fixes_pipeline`, the same pipeline with the fix policies in.
-- ``pipeline+slo``: `slo_pipeline`, SLO-aware admission with earliest-deadline-first prefill
-  and a per-step prefill bound (the system the README leads with).
+- ``pipeline+slo``: `slo_pipeline`, the product ``slo`` preset with the business case's SLO
+  declaration: SLO-aware admission with earliest-deadline-first prefill, a per-step prefill
+  bound and a step-time model learned online (the system the README leads with).
 - ``pipeline+fixes+guard`` (on request only): `guarded_pipeline`, an ablation.
 
 Pipelines hold stateful policies, so each run builds its own from these functions.
@@ -21,26 +22,15 @@ from collections.abc import Callable, Mapping
 import attrs
 
 from benchmarks.e2e_business_cases.slos import DEFINITIONS, PRIMARY
-from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.step_time import fit_step_time_model
 from benchmarks.replay.systems import QUEUE_CAPS
 from benchmarks.replay.systems import build_system as build_replay_system
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.presets import default_pipeline
+from integrations.vllm_v1.config.slo import SLOSpec
+from integrations.vllm_v1.config.slo import slo_pipeline as product_slo_pipeline
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
 from integrations.vllm_v1.pipeline import Pipeline
-from policies import (
-    PRIORITY_MAX,
-    EDFRanker,
-    KVWatermarks,
-    PrefillLedger,
-    SLOAdmission,
-    SLOTarget,
-    StepPrefillBudget,
-    TenantPrefillBudget,
-    TokenCaps,
-    TTFTDeadlineRanker,
-)
+from policies import PRIORITY_MAX, EDFRanker, SLOTarget, TenantPrefillBudget, TokenCaps
 from policies.prefill_guard import InteractivePrefillGuard
 
 
@@ -85,54 +75,26 @@ def guarded_pipeline() -> Pipeline:
                                                           InteractivePrefillGuard())))
 
 
-SLO_STEP_PREFILL_TOKENS = 1024
-"""`slo_pipeline`'s bound on one step's prefill tokens while requests decode."""
-SLO_HEADROOM = 0.9
-"""`slo_pipeline` admits when the predicted TTFT and TPOT are within 90 % of the targets."""
-SLO_PLANNING_SHARE = {0: 0.7, 1: 0.5}
-"""`slo_pipeline` plans Silver (priority 0) on 70 % and Bronze (1) on 50 % of the prefill
-rate, keeping the rest for Gold arrivals (tuned on seed 0, see the docs)."""
-COST_MODEL = "h100"
-"""The replay's step-cost model, which `slo_pipeline`'s step-time model is fitted to."""
-
-
 def slo_targets(definition: str = PRIMARY) -> dict[str, SLOTarget]:
     """The business case's SLOs (`slos.DEFINITIONS`) as the policies' `SLOTarget` objects."""
     return {cls: SLOTarget(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
             for cls, slo in DEFINITIONS[definition].items()}
 
 
-def slo_pipeline(shape: EngineShape | None = None) -> Pipeline:
-    """SLO-aware admission, earliest-first-token-deadline prefill and a per-step prefill bound.
+def slo_spec() -> SLOSpec:
+    """What the operator of the business case declares to the ``slo`` preset: its SLO classes
+    (``<tier>-<kind>``, `slos.DEFINITIONS`), every request naming its own, and the Gold
+    classes protected. Nothing else: no step model, no tuned constant."""
+    classes = slo_targets()
+    return SLOSpec(classes=classes, by_prompt_tokens=(),
+                   protected=frozenset(cls for cls in classes if cls.startswith("gold-")))
 
-    - ranking: `TTFTDeadlineRanker` over the ``kind`` SLOs: prefill is served earliest
-      first-token deadline first;
-    - rate: `StepPrefillBudget` (at most 1,024 prefill tokens in a step while anything
-      decodes, so every step, and every decode's TPOT, stays short) and `PrefillLedger`
-      (the remaining prefill of every admitted request);
-    - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
-      TPOT check against the tightest class decoding, on a `StepTimeModel` fitted to the
-      replay's H100 cost model, 90 % headroom, Silver and Bronze planned on 70 % and 50 %
-      of the prefill rate;
-    - watermarks: the KV red band only (as in `fixes_pipeline`), a safety net.
 
-    No tenant WFQ, MLFQ or token bucket: they would reorder prefill away from the deadlines
-    the admission plans on.
-    """
-    shape = shape or EngineShape(max_num_seqs=256)
-    slos = slo_targets()
-    ledger = PrefillLedger()
-    model = fit_step_time_model(StepCostModel.preset(COST_MODEL), max_decodes=shape.max_num_seqs,
-                                max_prefill_tokens=SLO_STEP_PREFILL_TOKENS)
-    admission = SLOAdmission(slos=slos, ledger=ledger, step_model=model,
-                             max_prefill_tokens_per_step=SLO_STEP_PREFILL_TOKENS,
-                             headroom=SLO_HEADROOM, tpot_headroom=SLO_HEADROOM,
-                             planning_share=SLO_PLANNING_SHARE)
-    budget = StepPrefillBudget(max_prefill_tokens=SLO_STEP_PREFILL_TOKENS,
-                               interactive_prompt_tokens=0)
-    return Pipeline(ranking=TTFTDeadlineRanker(slos=slos),
-                    rate=TokenCaps(policies=(budget, ledger)), admission=admission,
-                    watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1))
+def slo_pipeline() -> Pipeline:
+    """The product ``slo`` preset (`integrations.vllm_v1.config.slo.slo_pipeline`) with the
+    business case's declaration (`slo_spec`): EDF on first-token deadlines, SLO admission,
+    a per-step prefill bound, and a step-time model learned online from the engine's steps."""
+    return product_slo_pipeline(slo_spec())
 
 
 PIPELINES: Mapping[str, Callable[[], Pipeline]] = {

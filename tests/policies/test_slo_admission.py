@@ -2,6 +2,7 @@
 
 import math
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -250,3 +251,80 @@ def test_bad_configuration_is_rejected():
     with pytest.raises(ValueError, match="slos must map class names to SLOTarget"):
         policy(slos={"gold": 0.5})
     assert math.isinf(policy().predict_ttft_s(view("x", 10, slo_class=None), load()))
+
+
+def kv_load(now=0.0, running=1, capacity=10_000):
+    return LoadSnapshot(now=now, waiting_requests=1, running_requests=running, kv_usage=0.5,
+                        token_budget=8192, kv_capacity_tokens=capacity)
+
+
+def test_a_request_waits_for_kv_until_enough_decoding_requests_finish():
+    admission = policy()
+    ledger = admission.ledger
+    first = RequestView(request_id="a", arrival_s=0.0, prompt_tokens=6000, max_output_tokens=100,
+                        slo_class="bronze")
+    ledger.on_admitted(first, 0.0)
+    admission.on_admitted(first, 0.0)
+    assert ledger.kv_demand_tokens == 6100
+    fits = RequestView(request_id="b", arrival_s=0.0, prompt_tokens=3000, max_output_tokens=100,
+                       slo_class="bronze")
+    assert admission.kv_ready_s(fits, kv_load()) == 0.0  # 6,100 + 3,100 <= 10,000
+    big = attrs.evolve(fits, request_id="c", prompt_tokens=5000)
+    step_s = MODEL.step_s(1, PER_STEP)  # 0.05 s: 20,000 prefill tokens/s
+    # "a" frees its KV once its 6,000-token prefill and 100 output tokens are done
+    assert admission.kv_ready_s(big, kv_load()) == pytest.approx(6000 / 20_000 + 100 * step_s)
+    too_big = attrs.evolve(fits, request_id="d", prompt_tokens=20_000)
+    assert admission.kv_ready_s(too_big, kv_load()) == math.inf, "more than all of it frees"
+    ledger.on_scheduled(first, 6000, 0.0)  # its prefill is done: it decodes from now
+    assert admission.kv_ready_s(big, kv_load()) == pytest.approx(100 * step_s)
+    late = admission.decide(big, kv_load())
+    assert late.ttft_s >= 100 * step_s
+    ledger.on_finished(attrs.evolve(first, output_tokens=100), 1.0)
+    assert ledger.kv_demand_tokens == 0 and ledger.expected_output_tokens(big) == 100
+    ledger.check_invariants()
+
+
+def test_first_tokens_later_than_predicted_lower_the_headroom_and_earlier_ones_raise_it():
+    admission = policy(feedback_window=20, headroom=0.9)
+    ledger = admission.ledger
+    for late_by in (2.0, -5.0):  # seconds after (before) the prediction, on a 10 s target
+        for index in range(20):
+            request = view(f"r{late_by}-{index}", 100, slo_class="bronze", arrival_s=0.0)
+            decision = admission.decide(request, load())
+            assert admission.admit(request, load()).admitted
+            ledger.on_admitted(request, 0.0)
+            admission.on_admitted(request, 0.0)
+            ledger.on_scheduled(request, 100, decision.ttft_s + late_by)  # the first token
+            ledger.on_finished(request, 20.0)
+            admission.on_finished(request, 20.0)
+        stats = admission.stats()
+        if late_by > 0:
+            assert stats.ttft_error_p90 == pytest.approx(0.2)
+            assert stats.headroom == pytest.approx(0.7)
+        else:
+            assert stats.headroom == 1.0, "never more than the target itself"
+    admission.check_invariants()
+
+
+def test_tenant_and_length_classes_resolve_the_same_in_ranking_and_admission():
+    slos = {"chat": SLOTarget(ttft_s=0.5, tpot_s=0.1), "rag": SLOTarget(ttft_s=5.0, tpot_s=0.1)}
+    ranker = TTFTDeadlineRanker(slos=slos, tenant_classes={"acme": "rag"},
+                                length_classes=((1000, "chat"), (2**31, "rag")))
+    admission = policy(slos=slos, tenant_classes={"acme": "rag"},
+                       length_classes=((1000, "chat"), (2**31, "rag")))
+    for request, cls in ((view("a", 100, slo_class=None), "chat"),
+                         (view("b", 5000, slo_class=None), "rag"),
+                         (view("c", 100, slo_class=None, tenant="acme"), "rag"),
+                         (view("d", 5000, slo_class="chat"), "chat")):
+        assert admission.target_class(request) == cls
+        assert ranker.rank_key(request) == slos[cls].ttft_s
+    with pytest.raises(ValueError, match="tenant_classes: class 'nope' has no target"):
+        TTFTDeadlineRanker(slos=slos, tenant_classes={"acme": "nope"})
+
+
+def test_an_idle_engine_admits_what_it_cannot_serve_in_time():
+    slow = StepTimeModel(base_s=1.0, decode_s_per_seq=0.0, prefill_s_per_token=1.0)
+    admission = policy(step_model=slow)
+    assert admission.admit(view("a", 5000), load()).admitted, "idle: stock vLLM would serve it"
+    admission.ledger.on_admitted(view("a", 5000), 0.0)
+    assert not admission.admit(view("b", 5000), load()).admitted

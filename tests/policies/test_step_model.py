@@ -119,3 +119,14 @@ def test_token_equivalents_price_context():
     assert TRUE.prefill_token_equivalents(1000, 0) == pytest.approx(
         1000 + 1.5e-9 * 1000 * 500.5 / 2.3e-5)
     assert TRUE.prefill_token_equivalents(1000, 30_000) > 2.9 * 1000
+
+
+def test_recent_step_time_follows_the_measured_steps():
+    model = OnlineStepTimeModel()
+    assert model.recent_step_s is None
+    for _ in range(1000):
+        model.observe(StepFeatures(decodes=4), 0.02)
+    assert model.recent_step_s == pytest.approx(0.02)
+    for _ in range(1000):
+        model.observe(StepFeatures(decodes=4), 0.04)
+    assert model.recent_step_s == pytest.approx(0.04, rel=0.01)

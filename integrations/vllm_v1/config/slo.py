@@ -70,6 +70,9 @@ PROTECTED_HEADROOM = 0.8
 """A protected class's TPOT is held at 80 % of its target (room for the model's error)."""
 FEEDBACK_WINDOW = 200
 """The admitted requests whose first tokens correct the headroom (`SLOAdmission`)."""
+MAX_HEADROOM = 1.5
+"""The feedback may plan up to 1.5x the target when first tokens keep coming that much earlier
+than predicted (a pessimistic model): the bound on how far it trusts the correction."""
 STEP_PREFILL_TOKENS = 1024
 """Prefill tokens per step while requests decode (Sarathi-style chunks)."""
 _KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "demotions",
@@ -77,7 +80,7 @@ _KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "demotions",
 
 
 def _error(path: str, message: str) -> PipelineConfigError:
-    return PipelineConfigError(f"{FIELD}.{path} {message}")
+    return PipelineConfigError(f"{FIELD}{'.' if path else ''}{path} {message}")
 
 
 def _name(path: str, value: object) -> str:
@@ -128,7 +131,7 @@ class SLOSpec:
         """
         if entry is None:
             return cls()
-        entry = _mapping("", entry) if not isinstance(entry, Mapping) else entry
+        entry = _mapping("", entry)
         for key in entry:
             if key not in _KEYS:
                 raise _error(str(key), f"is not a key of {FIELD}: use {', '.join(_KEYS)}")
@@ -223,7 +226,8 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         max_prefill_tokens_per_step=spec.max_prefill_tokens_per_step, headroom=HEADROOM,
         tpot_headroom=HEADROOM, demotions=dict(spec.demotions), length_classes=lengths,
         tenant_classes=dict(spec.tenants), protected_classes=spec.protected,
-        protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW)
+        protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW,
+        max_headroom=MAX_HEADROOM)
     budget = StepPrefillBudget(max_prefill_tokens=spec.max_prefill_tokens_per_step,
                                interactive_prompt_tokens=0)
     return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,

@@ -61,7 +61,7 @@ def test_slo_admission_sheds_a_burst_with_retry_after_and_serves_what_it_admits(
     requests = tuple(TraceRequest(request_id=f"g{i}", arrival_s=0.001 * i, prompt_tokens=4000,
                                   output_tokens=20, tenant="acme-bank", priority=-1,
                                   slo_class="gold-chat") for i in range(40))
-    harness = SchedulerHarness.build(slo_pipeline(shape), shape=shape)
+    harness = SchedulerHarness.build(slo_pipeline(), shape=shape)
     run = replay(Trace(name="burst", requests=requests), "slo", shape=shape, cost_model=COST,
                  harness=harness)
     rejected = [r for r in run.records if r.outcome == "rejected"]

@@ -1,0 +1,75 @@
+"""The ``slo`` preset's declaration: named in plain vLLM config, validated field by field."""
+
+from __future__ import annotations
+
+import pytest
+
+from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.config.slo import DEFAULT_CLASSES, SLOSpec
+from integrations.vllm_v1.config.spec import pipeline_from_additional_config
+from policies import OnlineStepTimeModel, RequestView, SLOAdmission, StepTimeModel
+
+
+def pipeline(slo=None, name="slo"):
+    entry = {"pipeline": name} if slo is None else {"pipeline": name, "slo": slo}
+    return pipeline_from_additional_config({"llm_serving_policies": entry})
+
+
+def test_the_preset_shares_one_learned_step_model_between_its_slot_and_its_admission():
+    slo = pipeline()
+    assert isinstance(slo.step_model, OnlineStepTimeModel)
+    assert isinstance(slo.admission, SLOAdmission)
+    assert slo.admission.step_model is slo.step_model
+    assert slo.admission.ledger in slo.rate.policies
+    assert dict(slo.admission.slos) == dict(DEFAULT_CLASSES)
+
+
+def test_a_declaration_reaches_admission_and_ranking():
+    slo = pipeline({"classes": {"chat": {"ttft_s": 0.5, "tpot_s": 0.05},
+                                "batch": {"ttft_s": 20, "tpot_s": 0.2}},
+                    "tenants": {"acme": "batch"}, "by_prompt_tokens": [[1000, "chat"],
+                                                                      [None, "batch"]],
+                    "protected": ["chat"], "demotions": {"chat": "batch"},
+                    "max_prefill_tokens_per_step": 512,
+                    "step_model_prior": {"base_s": 0.005, "decode_s_per_seq": 0.0,
+                                         "prefill_s_per_token": 3e-5}})
+    admission = slo.admission
+    assert admission.protected_classes == {"chat"} and admission.demotions == {"chat": "batch"}
+    assert admission.max_prefill_tokens_per_step == 512
+    assert slo.step_model.model == StepTimeModel(base_s=0.005, decode_s_per_seq=0.0,
+                                                 prefill_s_per_token=3e-5)
+    short = RequestView(request_id="a", arrival_s=0.0, prompt_tokens=100)
+    assert admission.target_class(short) == "chat"
+    assert slo.ranking.rank_key(short) == 0.5
+    acme = RequestView(request_id="b", arrival_s=0.0, prompt_tokens=100, tenant="acme")
+    assert admission.target_class(acme) == "batch" and slo.ranking.rank_key(acme) == 20.0
+
+
+@pytest.mark.parametrize(("slo", "message"), [
+    ([1], "llm_serving_policies.slo must be a mapping, got list"),
+    ({"clases": {}}, "llm_serving_policies.slo.clases is not a key"),
+    ({"classes": {}}, "llm_serving_policies.slo.classes declares no class"),
+    ({"classes": {"a": {"ttft_s": "1", "tpot_s": 1}}},
+     "llm_serving_policies.slo.classes.a.ttft_s must be a positive number of seconds, got '1'"),
+    ({"classes": {"a": {"ttft_s": 1}}}, "llm_serving_policies.slo.classes.a.tpot_s is missing"),
+    ({"classes": {"a": {"ttft_s": 1, "tpot_s": 1, "p99": 1}}},
+     r"classes.a has unknown keys \['p99'\]"),
+    ({"tenants": {"acme": "platinum"}},
+     "llm_serving_policies.slo.tenants.acme names class 'platinum', which is not declared"),
+    ({"by_prompt_tokens": [[0, "short"]]}, r"by_prompt_tokens\[0\]\[0\] must be a positive"),
+    ({"by_prompt_tokens": [512]}, r"by_prompt_tokens\[0\] must be a \[max prompt tokens"),
+    ({"protected": "gold"}, "protected must be a list of class names"),
+    ({"protected": ["nope"]}, r"protected\[0\] names class 'nope'"),
+    ({"demotions": {"gold": "nope"}}, "demotions.gold names class 'nope'"),
+    ({"max_prefill_tokens_per_step": 0}, "max_prefill_tokens_per_step must be a positive"),
+    ({"step_model_prior": {"base_s": 1}}, "step_model_prior is not a StepTimeModel"),
+])
+def test_every_mistake_names_its_field(slo, message):
+    with pytest.raises(PipelineConfigError, match=message):
+        pipeline(slo)
+
+
+def test_only_the_slo_preset_reads_a_declaration():
+    with pytest.raises(PipelineConfigError, match="read by the slo preset only, not by 'default'"):
+        pipeline({}, name="default")
+    assert SLOSpec.parse(None) == SLOSpec()
