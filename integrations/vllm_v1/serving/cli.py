@@ -6,9 +6,12 @@ unchanged.
 
 Exit status and signals, for supervisors (systemd, Docker, Kubernetes):
 
-* ``SIGTERM`` or ``SIGINT`` stops the server: vLLM's server (a child in its own
-  process group, with its engine and workers) gets ``SIGTERM``, then ``SIGKILL``
-  after `STOP_GRACE_S`; the port is released and the metrics directory removed.
+* ``SIGTERM`` or ``SIGINT`` stops the server: vLLM's API server (a child leading
+  its own process group, with its engine and workers) gets ``SIGTERM`` and drains
+  (`integrations.vllm_v1.serving.drain`: new requests 503, those in flight finish
+  within ``drain_grace_s``), then the group gets ``SIGKILL`` after `STOP_GRACE_S`;
+  the port is released and the metrics directory removed (one a hard-killed run
+  left behind is removed by the next run).
   Status 0 when it stopped within the grace period, 1 if it had to be killed.
 * vLLM's server stopping by itself is a failure: its status if non-zero, else 1.
   vLLM exits with 0 when its engine dies (its watchdog sets uvicorn's
@@ -37,8 +40,9 @@ from integrations.vllm_v1.serving.server import (
     server_env,
 )
 
-STOP_GRACE_S = 30.0
-"""How long vLLM's server may take to stop after ``SIGTERM`` before it is killed."""
+STOP_GRACE_S = 60.0
+"""How long vLLM's server may take to stop after ``SIGTERM`` (its drain, default 30 s,
+then the engine's shutdown) before it is killed."""
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -79,7 +83,7 @@ def run_child(argv: list[str]) -> int:
         if stop["deadline"] is None:
             stop["deadline"] = time.monotonic() + STOP_GRACE_S
             if stop["process"] is not None:
-                _signal_group(stop["process"], signal.SIGTERM)
+                stop["process"].send_signal(signal.SIGTERM)  # the API server: it drains
 
     previous = {s: signal.signal(s, on_signal) for s in _STOP_SIGNALS}
     try:
@@ -87,7 +91,7 @@ def run_child(argv: list[str]) -> int:
             argv, env=server_env(metrics_dir), start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         if stop["deadline"] is not None:  # told to stop while it was being started
-            _signal_group(process, signal.SIGTERM)
+            process.send_signal(signal.SIGTERM)
         status, killed = _wait(process, stop)
         _signal_group(process, signal.SIGKILL)  # its engine and workers, if any linger
         if stop["deadline"] is not None:
