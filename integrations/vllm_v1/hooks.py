@@ -138,13 +138,3 @@ class HookTable:
             base = getattr(SchedulerHook, point)
             setattr(self, point, tuple(
                 getattr(h, point) for h in hooks if getattr(type(h), point) is not base))
-
-    def released(self, request: Any, *, preempted: bool) -> contextlib.AbstractContextManager:
-        """All `SchedulerHook.releasing` contexts of the hooks, entered in order."""
-        releasing = self.releasing  # type: ignore[attr-defined]
-        if not releasing:
-            return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        for enter in releasing:
-            stack.enter_context(enter(request, preempted=preempted))
-        return stack
