@@ -105,7 +105,8 @@ class PolicyMetrics:
                                         registry=registry)
         self._faults = PromCounter("policies:policy_faults",
                                    "Exceptions a policy raised, contained (stock fallback), "
-                                   "by policy and seam", ["policy", "seam"], registry=registry)
+                                   "by policy, seam and exception type",
+                                   ["policy", "seam", "exception"], registry=registry)
         self._step_coefficients = Gauge(
             "policies:step_model_coefficient",
             "The learned step-time model's coefficients (seconds per unit of the term)",
@@ -137,9 +138,10 @@ class PolicyMetrics:
         """A request was rejected; ``reason`` is a `Rejection` reason label."""
         self._rejections.labels(reason=reason).inc()
 
-    def policy_fault(self, policy: str, seam: str) -> None:
-        """``policy`` raised at ``seam`` and the scheduler fell back to stock behaviour."""
-        self._faults.labels(policy=policy, seam=seam).inc()
+    def policy_fault(self, policy: str, seam: str, exception: str) -> None:
+        """``policy`` raised ``exception`` (a type name) at ``seam`` and the scheduler fell
+        back to stock behaviour."""
+        self._faults.labels(policy=policy, seam=seam, exception=exception).inc()
 
     def throttled(self, tenant: str, tokens: int) -> None:
         self._throttled.labels(tenant=self.tenant_label(tenant)).inc(tokens)

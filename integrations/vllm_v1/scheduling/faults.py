@@ -7,7 +7,7 @@ point by its name: ``on_arrival``, ``on_admitted``, ``on_rejected``,
 ``before_schedule``, ``after_schedule``, ``before_update``, ``releasing``,
 ``pending``, ``refresh_metrics``, ``shutdown``). An exception there, or an invalid
 answer (a rank key or level that is None, NaN or not a number), is caught, counted
-(``policies:policy_faults_total{policy,seam}``, and `PolicyFaults.errors` keeps the
+(``policies:policy_faults_total{policy,seam,exception}``, and `PolicyFaults.errors` keeps the
 last exception of each), logged once per policy and seam with the exception and its
 traceback, and the decision falls back to what stock vLLM would do: admit, arrival
 order, no cap, no reordering, no accounting, LRU for an eviction. Requests are never
@@ -55,7 +55,7 @@ class PolicyFaults:
                        "(logged once, counted in policies:policy_faults_total)", policy, seam,
                        error, exc_info=error)
         if self.metrics is not None:
-            self.metrics.policy_fault(policy, seam)
+            self.metrics.policy_fault(policy, seam, type(error).__name__)
 
     def culprit(self, error: BaseException) -> str:
         """The innermost pipeline object on ``error``'s traceback (``unknown`` if none)."""

@@ -63,4 +63,5 @@ def test_faults_are_counted_on_metrics_and_the_culprit_is_named():
     workload(harness, count=6)
     drain(harness)
     assert registry.get_sample_value("policies:policy_faults_total",
-                                     {"policy": "FlakyRanking", "seam": "ranking"}) == 3
+                                     {"policy": "FlakyRanking", "seam": "ranking",
+                                      "exception": "RuntimeError"}) == 3
