@@ -14,15 +14,26 @@ So on a workload where frequency pays the real order is `SegmentedLRU`, and wher
 does not (agent sessions whose growing context is used once per turn), it is LRU, and it
 follows the better one within the decay window. Cost: three orders' bookkeeping per
 call, still O(1) amortised; memory three times `SegmentedLRU`'s.
+
+Session pins (``session_pins``, `SessionHints`): when a turn of an agent session finishes,
+its blocks go to PINNED, evicted only when nothing else is, until ``gap_slack`` times the
+session's predicted gap (`SessionGaps`) has passed; then they go back to PROBATION or
+PROTECTED and age normally. PINNED holds at most ``max_pinned_fraction`` of the cache: a
+turn finishing while it is full is not pinned (older pins are not pushed out, so a subset of
+the sessions stays cached instead of all of them taking turns to miss, LRU's loop failure),
+and pinned blocks are evicted when nothing else is left (early release under pressure).
+The shadows do not pin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import heapq
+from collections.abc import Hashable, Sequence
 
 import attrs
 
-from policies.eviction import LRU, EvictionStats, SegmentedLRU
+from policies.eviction import LRU, EvictionStats, Segment, SegmentedLRU
+from policies.session_retention import SessionGaps, SessionPins
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -33,6 +44,7 @@ class _Shadow:
     score: float = 0.0
     """Decayed hits."""
     hits: int = 0
+    accesses: int = 0
     _in_use: set = attrs.field(factory=set)
     """Keys computed by the shadow and referenced, not released yet."""
 
@@ -42,14 +54,14 @@ class _Shadow:
     def access(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
         """``key`` (below ``parent``) is used by a request; it becomes referenced."""
         held = self.holds(key)
+        self.accesses += 1
         if held and (parent is None or self.holds(parent)):
             self.score += 1.0
             self.hits += 1
         if key in self.order:
             self.order.acquire(key)
         elif not held:
-            while self.order.tracked + len(self._in_use) >= capacity and len(self.order):
-                self.order.evict()
+            self.trim(capacity - 1)
             self._in_use.add(key)
 
     def release(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
@@ -58,6 +70,13 @@ class _Shadow:
             self.access(key, parent, capacity)
         self._in_use.discard(key)
         self.order.release(key, parent if self.holds(parent) else None)
+        if parent in self._in_use and self.order.tracks(parent):  # SegmentedLRU linked it
+            self._in_use.discard(parent)
+
+    def trim(self, capacity: float) -> None:
+        """Evict until at most ``capacity`` keys are cached or none is evictable."""
+        while self.size() > capacity and len(self.order):
+            self.order.evict()
 
     def size(self) -> int:
         """Cached keys: tracked by the order or in use."""
@@ -86,6 +105,21 @@ class DuelingSLRU(SegmentedLRU):
     _switches: int = attrs.field(init=False, repr=False, default=0)
     _lru_mode: bool = attrs.field(init=False, repr=False, default=False)
 
+    session_pins: SessionPins | None = None
+    """Keep a finished turn's blocks for its session's next turn (`SessionHints`); ``None``: off."""
+    _gaps: SessionGaps | None = attrs.field(init=False, repr=False, default=None)
+    _pin_heap: list = attrs.field(init=False, repr=False, factory=list)
+    """``(until, sequence, key)`` of each pin, lazily dropped once stale."""
+    _pinned_until: dict = attrs.field(init=False, repr=False, factory=dict)
+    """Pinned key -> ``(until, sequence)`` of its latest pin."""
+    _pin_seq: int = attrs.field(init=False, repr=False, default=0)
+    _far_heap: list = attrs.field(init=False, repr=False, factory=list)
+    """``(-until, -sequence, key)`` of each pin: the farthest predicted return on top."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.session_pins is not None:
+            self._gaps = SessionGaps(config=self.session_pins)
+
     @property
     def mode(self) -> str:
         """``"slru"`` or ``"lru"``: how the real order evicts now."""
@@ -93,6 +127,9 @@ class DuelingSLRU(SegmentedLRU):
 
     def acquire(self, key: Hashable) -> None:
         """As `SegmentedLRU.acquire`; both shadows see an access of ``key``."""
+        if self.segment_of(key) is Segment.PINNED:
+            self._counts["pin_hits"] += 1
+            del self._pinned_until[key]
         super().acquire(key)
         self._observe(key, self._entries[key].parent, release=False)
 
@@ -105,7 +142,98 @@ class DuelingSLRU(SegmentedLRU):
         """As `SegmentedLRU.evict`; the shadows' capacity follows the real cache's."""
         if self._capacity == float("inf") or len(self._entries) > self._capacity:
             self._capacity = float(len(self._entries))
-        return super().evict()
+            self._lru.trim(self._capacity)
+            self._slru.trim(self._capacity)
+        pinned = self._segments[Segment.PINNED]
+        if pinned and len(pinned) == len(self):  # only pins left: the farthest return goes
+            pinned.move_to_end(self._farthest_pin(), last=False)
+        key = super().evict()
+        self._pinned_until.pop(key, None)
+        return key
+
+    def discard(self, key: Hashable) -> None:
+        """As `SegmentedLRU.discard`; a pin of ``key`` goes too."""
+        super().discard(key)
+        self._pinned_until.pop(key, None)
+
+    # -- session pins -----------------------------------------------------------
+
+    def turn_started(self, session_id: str | None, keys: Sequence[Hashable],
+                     now: float) -> Hashable:
+        """A request with prompt blocks ``keys`` arrived at ``now``: expire pins, learn its
+        session's gap; returns the session (``None`` with pins off or no session known)."""
+        if self._gaps is None:
+            return None
+        self._expire(now)
+        session = self._gaps.session_of(session_id, keys)
+        if session is not None:
+            self._gaps.started(session, now)
+        return session
+
+    def turn_finished(self, session: Hashable, keys: Sequence[Hashable], now: float) -> int:
+        """``session``'s request released ``keys`` (its prompt's blocks, in chain order) at
+        ``now``: pin the evictable ones, tail first, for its predicted gap; returns how many."""
+        if self._gaps is None or session is None:
+            return 0
+        self._expire(now)
+        until = self._gaps.finished(session, keys[-1] if keys else None, now)
+        pinned_keys = self._segments[Segment.PINNED]
+        limit = int(self.session_pins.max_pinned_fraction * min(self._capacity, self.tracked))
+        pinned = 0
+        for key in keys:  # head first: a pinned prefix hits even if its tail was not pinned
+            segment = self.segment_of(key)
+            if segment not in (Segment.PROBATION, Segment.PROTECTED, Segment.PINNED):
+                continue
+            if segment is not Segment.PINNED and len(pinned_keys) >= limit:
+                self._counts["pins_refused"] += 1
+                continue
+            entry = self._entries[key]
+            del self._segments[segment][key]
+            self._put(key, entry, Segment.PINNED)
+            self._pin_seq += 1
+            self._pinned_until[key] = (until, self._pin_seq)
+            heapq.heappush(self._pin_heap, (until, self._pin_seq, key))
+            heapq.heappush(self._far_heap, (-until, -self._pin_seq, key))
+            pinned += 1
+        self._counts["pins"] += pinned
+        return pinned
+
+    def _expire(self, now: float) -> None:
+        heap = self._pin_heap
+        while heap and heap[0][0] <= now:
+            until, seq, key = heapq.heappop(heap)
+            if self._pinned_until.get(key) == (until, seq):
+                if self.segment_of(key) is Segment.PINNED:
+                    self._unpin(key)
+                    self._counts["pins_expired"] += 1
+                else:  # orphaned while pinned
+                    del self._pinned_until[key]
+
+    def _farthest_pin(self) -> Hashable:
+        """The pinned key of the latest predicted return (the deepest of its chain), or a
+        pinned descendant of it, so that no pinned child outlives its parent."""
+        heap = self._far_heap
+        while True:
+            until, seq, key = heap[0]
+            if self._pinned_until.get(key) == (-until, -seq):
+                break
+            heapq.heappop(heap)
+        descended = True
+        while descended:
+            descended = False
+            for child in self._entries[key].children:
+                if self._entries[child].segment is Segment.PINNED:
+                    key, descended = child, True
+                    break
+        return key
+
+    def _unpin(self, key: Hashable) -> None:
+        """``key``'s pin is over: it ages normally from now on."""
+        del self._segments[Segment.PINNED][key], self._pinned_until[key]
+        entry = self._entries[key]
+        reused = entry.uses >= self.promote_after_uses
+        self._put(key, entry, Segment.PROTECTED if reused else Segment.PROBATION)
+        self._after_release()
 
     def _observe(self, key: Hashable, parent: Hashable | None, *, release: bool) -> None:
         decay = 1.0 - 1.0 / self.window_accesses
@@ -125,7 +253,8 @@ class DuelingSLRU(SegmentedLRU):
 
     def duel_stats(self) -> dict[str, float]:
         """The shadows' hits (total and decayed) and how often the mode switched."""
-        return {"lru_shadow_hits": self._lru.hits, "slru_shadow_hits": self._slru.hits,
+        return {"shadow_accesses": self._lru.accesses,
+                "lru_shadow_hits": self._lru.hits, "slru_shadow_hits": self._slru.hits,
                 "lru_shadow_score": self._lru.score, "slru_shadow_score": self._slru.score,
                 "mode_switches": self._switches, "lru_mode": int(self._lru_mode)}
 
@@ -134,9 +263,11 @@ class DuelingSLRU(SegmentedLRU):
         return super().stats()
 
     def check_invariants(self) -> None:
-        """Assert the real order's and both shadows' invariants, and LRU mode's empty PROTECTED."""
+        """Assert the real order's and both shadows' invariants and that every pin is known."""
         super().check_invariants()
         self._lru.order.check_invariants()
         self._slru.order.check_invariants()
         for shadow in (self._lru, self._slru):
-            assert shadow.size() <= self._capacity or not len(shadow.order), shadow.size()
+            assert shadow.hits <= shadow.accesses, (shadow.hits, shadow.accesses)
+        for key in self._segments[Segment.PINNED]:
+            assert key in self._pinned_until, key

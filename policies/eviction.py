@@ -28,6 +28,8 @@ Every order evicts in segment order, front to back within a segment::
     ORPHAN     blocks whose parent was evicted (SegmentedLRU only)
     PROBATION  blocks not reused yet, least recently released first
     PROTECTED  reused blocks, least recently released first (SegmentedLRU only)
+    PINNED     blocks kept for a session's next turn, oldest pin first (DuelingSLRU
+               with session pins only)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Segment(enum.IntEnum):
     ORPHAN = 1
     PROBATION = 2
     PROTECTED = 3
+    PINNED = 4
 
 
 @runtime_checkable
@@ -115,7 +118,7 @@ class EvictionStats:
     """A snapshot of an eviction order's segments and counters since construction."""
 
     evictable_blocks: int
-    """Keys that `evict` may return (the sum of the four segment sizes)."""
+    """Keys that `evict` may return (the sum of the segment sizes)."""
     tracked_blocks: int
     """Cached keys with metadata: evictable ones plus referenced ones released before."""
     uncached_blocks: int
@@ -142,6 +145,18 @@ class EvictionStats:
     """Releases of cancelled requests' blocks put into PROTECTED (`SegmentedLRU.retain_cancelled`)."""
     demoted_stale: int = 0
     """Blocks demoted because their prompt went stale (`SegmentedLRU.prompt_versions`)."""
+    pinned_blocks: int = 0
+    """Blocks in PINNED (kept for a session's next turn)."""
+    pins: int = 0
+    """Blocks pinned at the end of a session's turn (`DuelingSLRU.session_pins`)."""
+    pin_hits: int = 0
+    """Prefix hits on pinned blocks: hits the pins bought."""
+    pins_expired: int = 0
+    """Pins that ran out (the session's predicted gap passed) before a hit."""
+    pins_refused: int = 0
+    """Blocks of a finished turn not pinned because PINNED held its share of the cache
+    (pins released early under pressure are the evictions from PINNED in
+    ``evictions_by_segment``)."""
     evictions_by_segment: tuple[tuple[str, int], ...] = ()
     """``(segment name, evictions from it)`` for each segment, in eviction order."""
 
@@ -175,7 +190,8 @@ class LRU:
         init=False, repr=False, factory=lambda: tuple(OrderedDict() for _ in Segment))
     _counts: dict[str, int] = attrs.field(init=False, repr=False, factory=lambda: dict.fromkeys(
         ("releases", "acquires", "evictions", "promotions", "demotions", "orphaned",
-         "evicted_with_children", "shielded", "retained_cancelled", "demoted_stale"), 0))
+         "evicted_with_children", "shielded", "retained_cancelled", "demoted_stale", "pins",
+        "pin_hits", "pins_expired", "pins_refused"), 0))
     _evicted_from: list[int] = attrs.field(init=False, repr=False,
                                            factory=lambda: [0] * len(Segment))
 
@@ -319,7 +335,7 @@ class LRU:
             tracked_blocks=len(self._entries) - sizes[Segment.UNCACHED],
             uncached_blocks=sizes[Segment.UNCACHED], orphan_blocks=sizes[Segment.ORPHAN],
             probation_blocks=sizes[Segment.PROBATION],
-            protected_blocks=sizes[Segment.PROTECTED],
+            protected_blocks=sizes[Segment.PROTECTED], pinned_blocks=sizes[Segment.PINNED],
             evictions_by_segment=tuple((s.name.lower(), n)
                                        for s, n in zip(Segment, self._evicted_from, strict=True)),
             **self._counts)

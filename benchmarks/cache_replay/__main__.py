@@ -36,6 +36,7 @@ from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1.config.presets import preset
 from policies.adaptive_eviction import DuelingSLRU
 from policies.eviction import LRU, EvictionOrder, SegmentedLRU
+from policies.session_retention import SessionPins
 
 SHIPPED_PRESET = "cache"
 """The preset whose eviction order ``--policies shipped`` runs."""
@@ -54,19 +55,23 @@ def shipped_order() -> EvictionOrder:
 
 
 ORDERS: dict[str, Callable[[], EvictionOrder]] = {
-    "lru": LRU, "slru": SegmentedLRU, "dueling": DuelingSLRU, "shipped": shipped_order,
+    "lru": LRU, "slru": SegmentedLRU, "dueling": DuelingSLRU,
+    "dueling-pins": lambda: DuelingSLRU(session_pins=SessionPins()),
+    "dueling-prefix-pins": lambda: DuelingSLRU(session_pins=SessionPins(prefix_sessions=True)),
+    "shipped": shipped_order,
     "arc": AdaptiveSegmentedLRU, "lecar": LeCaR,
     "lecar-crlfu": lambda: LeCaR(churn_resistant=True), "density": ReuseDensity}
 POLICIES = (*ORDERS, "opt")
 
 
-def run(chains: list, cache_blocks: int, policy: str) -> ReplayResult:
-    """One policy at one size (``policy`` in `POLICIES`)."""
+def run(chains: list, cache_blocks: int, policy: str, turns: list | None = None) -> ReplayResult:
+    """One policy at one size (``policy`` in `POLICIES`); ``turns`` are the requests'
+    ``(session_id, arrival_s)``, heard by an order with session pins."""
     if policy == "opt":
         return replay_opt(chains, cache_blocks)
     if policy not in ORDERS:
         raise ValueError(f"unknown policy {policy!r}: use {', '.join(POLICIES)}")
-    return replay_order(chains, cache_blocks, ORDERS[policy](), policy)
+    return replay_order(chains, cache_blocks, ORDERS[policy](), policy, turns=turns)
 
 
 def gap_closed(results: list[ReplayResult], policy: str = "slru") -> dict[str, float]:
@@ -140,7 +145,9 @@ def main(argv: list[str] | None = None) -> dict:
         chains = [request.block_hashes for request in trace.requests]
     if not any(chains):
         raise SystemExit(f"trace {trace.name} has no block_hashes (try --prefix-model)")
-    results = [run(chains, size, policy) for size in args.cache_blocks for policy in policies]
+    turns = [(request.session_id, request.arrival_s) for request in trace.requests]
+    results = [run(chains, size, policy, turns)
+               for size in args.cache_blocks for policy in policies]
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"trace": trace.name, "slice": args.slice, "prefix_model": args.prefix_model,
                "block_size": 16 if args.prefix_model else trace.block_size,

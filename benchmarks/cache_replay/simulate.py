@@ -13,6 +13,10 @@ Requests are served one at a time, in arrival order, by a cache of
 3. When the request finishes its blocks are released tail first, each with its
    parent (vLLM frees a request's blocks in reverse).
 
+With ``turns`` (each request's ``session_id`` and arrival time), an order that takes
+`SessionHints` hears each request's arrival (``turn_started``) and, once its blocks are
+released, its end (``turn_finished``, at the same time: the replay has no service time).
+
 ``hit_rate`` is hit blocks over prompt blocks. A chain longer than the cache
 keeps only its first ``cache_blocks`` blocks cached; the rest count as misses.
 `replay_opt` runs the same loop with Belady's choice: evict the unreferenced
@@ -30,8 +34,11 @@ from collections.abc import Callable, Hashable, Sequence
 import attrs
 
 from policies.eviction import EvictionOrder
+from policies.session_retention import SessionHints
 
 Chain = Sequence[Hashable]
+Turn = tuple[str | None, float]
+"""A request's ``session_id`` (or None) and arrival time in seconds."""
 
 
 @attrs.frozen(kw_only=True)
@@ -91,14 +98,18 @@ class _OptOrder:
 
 def _replay(chains: Sequence[Chain], cache_blocks: int, order, name: str,
             on_request: Callable[[int], None] | None = None,
-            bypass: bool = False) -> ReplayResult:
+            bypass: bool = False, turns: Sequence[Turn] | None = None) -> ReplayResult:
     cached: set[Hashable] = set()
     hits = total = evictions = 0
+    hints = order if turns is not None and isinstance(order, SessionHints) else None
     for index, full_chain in enumerate(chains):
         if on_request is not None:
             on_request(index)
         total += len(full_chain)
         chain = full_chain[:cache_blocks]
+        if hints is not None:
+            session_id, now = turns[index]
+            session = hints.turn_started(session_id, chain, now)
         hit = 0
         while hit < len(chain) and chain[hit] in cached:
             hit += 1
@@ -120,21 +131,26 @@ def _replay(chains: Sequence[Chain], cache_blocks: int, order, name: str,
         for i in range(len(chain) - 1, -1, -1):
             if chain[i] not in early:
                 order.release(chain[i], chain[i - 1] if i else None)
+        if hints is not None:
+            hints.turn_finished(session, chain, now)
     return ReplayResult(policy=name, cache_blocks=cache_blocks,
                         hit_rate=hits / total if total else 0.0, hit_blocks=hits,
                         prompt_blocks=total, evictions=evictions)
 
 
 def replay_order(chains: Sequence[Chain], cache_blocks: int, order: EvictionOrder,
-                 name: str) -> ReplayResult:
-    """Replay ``chains`` through a cache of ``cache_blocks`` evicting in ``order``.
+                 name: str, turns: Sequence[Turn] | None = None) -> ReplayResult:
+    """Replay ``chains`` through a cache of ``cache_blocks`` evicting in ``order``
+    (told each request's session and arrival, ``turns``, if it takes `SessionHints`).
 
     Raises:
-        ValueError: if ``cache_blocks`` < 1.
+        ValueError: if ``cache_blocks`` < 1, or ``turns`` is not one per chain.
     """
     if cache_blocks < 1:
         raise ValueError(f"cache_blocks must be >= 1, got {cache_blocks!r}")
-    return _replay(chains, cache_blocks, order, name)
+    if turns is not None and len(turns) != len(chains):
+        raise ValueError(f"turns must have one entry per chain: {len(turns)} for {len(chains)}")
+    return _replay(chains, cache_blocks, order, name, turns=turns)
 
 
 def replay_opt(chains: Sequence[Chain], cache_blocks: int) -> ReplayResult:

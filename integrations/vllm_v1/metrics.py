@@ -25,7 +25,11 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   ``policies:kv_retained_blocks_total{reason}`` (``preempted``: the preemption shield;
   ``cancelled``: cancellation-aware retention) and
   ``policies:kv_demoted_blocks_total{reason}`` (``overflow``: PROTECTED over its share;
-  ``stale``: an old prompt version)
+  ``stale``: an old prompt version); with session pins (`DuelingSLRU`) also
+  ``policies:kv_session_pins_total{event}`` (``pinned``: blocks pinned for a session's next
+  turn; ``hit``: prefix hits on pinned blocks, the hits pins bought; ``expired``: pins whose
+  predicted gap passed; ``refused``: blocks not pinned, the pinned share being full) and
+  the ``pinned`` segment of the two metrics above
 
 * with a ``step_model`` (`OnlineStepTimeModel`): ``policies:step_model_coefficient{term}``
   (``base``, ``decode``, ``decode_context_token``, ``prefill_token``, ``prefill_pair``),
@@ -93,6 +97,9 @@ class PolicyMetrics:
         self._demoted = PromCounter("policies:kv_demoted_blocks",
                                     "Blocks demoted out of the protected segment, by reason",
                                     ["reason"], registry=registry)
+        self._pins = PromCounter("policies:kv_session_pins",
+                                 "Session pins of finished turns' blocks, by event",
+                                 ["event"], registry=registry)
         self._drafts_withheld = PromCounter(
             "policies:spec_draft_tokens_withheld",
             "Draft tokens trimmed by the speculation budget, by SLO class",
@@ -166,11 +173,16 @@ class PolicyMetrics:
         self._evictable.labels(segment="orphan").set(stats.orphan_blocks)
         self._evictable.labels(segment="probation").set(stats.probation_blocks)
         self._evictable.labels(segment="protected").set(stats.protected_blocks)
+        self._evictable.labels(segment="pinned").set(stats.pinned_blocks)
         totals = [(self._evictions, "segment", name, n) for name, n in stats.evictions_by_segment]
         totals += [(self._retained, "reason", "preempted", stats.shielded),
                    (self._retained, "reason", "cancelled", stats.retained_cancelled),
                    (self._demoted, "reason", "overflow", stats.demotions),
-                   (self._demoted, "reason", "stale", stats.demoted_stale)]
+                   (self._demoted, "reason", "stale", stats.demoted_stale),
+                   (self._pins, "event", "pinned", stats.pins),
+                   (self._pins, "event", "hit", stats.pin_hits),
+                   (self._pins, "event", "expired", stats.pins_expired),
+                   (self._pins, "event", "refused", stats.pins_refused)]
         for counter, label, value, total in totals:  # counters follow the order's totals
             key = (label, value)  # every segment and reason name is distinct
             delta = total - self._eviction_seen.get(key, 0)

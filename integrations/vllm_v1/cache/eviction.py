@@ -25,6 +25,10 @@ Translation (vLLM call -> order):
 * `PolicyFreeBlockQueue.observe_request` (called on admission) tells such an order
   which root block the request's prompt opens with, and its ``vllm_xargs``
   ``prompt_version`` if any (cache versioning).
+* An order that implements `SessionHints` (`DuelingSLRU` with session pins) hears, from
+  `EvictionHook`, each admitted request's ``session_id`` and prompt blocks
+  (``turn_started``) and, once a finished request's blocks are free, its end
+  (``turn_finished``), both at the step's clock reading: session pins.
 
 Keys are block hashes, so the order's use counts follow content, not slots.
 
@@ -54,6 +58,7 @@ from integrations.vllm_v1.vllm_surface.names import (
     swap_free_block_queue,
 )
 from policies.eviction import EvictionOrder, ReportsEvictionStats, RetentionHints
+from policies.session_retention import SessionHints
 
 PROMPT_VERSION_ARG = "prompt_version"
 """The ``vllm_xargs`` key naming the version of a request's system prompt."""
@@ -284,9 +289,23 @@ class EvictionHook(SchedulerHook):
     def __init__(self, scheduler: Any, order: EvictionOrder) -> None:
         self.queue = install_eviction(scheduler, order, scheduler.faults.record)
         self._stats = order.stats if isinstance(order, ReportsEvictionStats) else None
+        self._scheduler = scheduler
+        self._turns = order if isinstance(order, SessionHints) else None
+        self._session_of: dict[str, Hashable] = {}
+        """Request id -> its session (session pins), from admission to its finish."""
+        self._now = 0.0
+
+    def before_schedule(self, now: float) -> None:
+        self._now = now
 
     def on_admitted(self, request: Any, tenant: str) -> None:
         self.queue.observe_request(request, tenant)  # cache versioning: the prompt's root
+        if self._turns is not None:  # session pins: the turn of a session arrived
+            session_id = (request.session_id
+                          or self._scheduler.tracked_metadata(request).session_id)
+            session = self._turns.turn_started(session_id, _block_keys(request), self._now)
+            if session is not None:
+                self._session_of[request.request_id] = session
 
     @contextmanager
     def releasing(self, request: Any, *, preempted: bool) -> Iterator[None]:
@@ -294,11 +313,20 @@ class EvictionHook(SchedulerHook):
             with self.queue.shield():
                 yield
         elif request.status == RequestStatus.FINISHED_ABORTED:  # cancelled by its client
+            self._session_of.pop(request.request_id, None)
             with self.queue.shield(cancelled=True):
                 yield
         else:
             yield
+            session = self._session_of.pop(request.request_id, None)
+            if session is not None:  # session pins: keep the turn's blocks for the next one
+                self._turns.turn_finished(session, _block_keys(request), self._now)
 
     def refresh_metrics(self, metrics: Any) -> None:
         if self._stats is not None:
             metrics.eviction(self._stats())
+
+
+def _block_keys(request: Any) -> list[Hashable]:
+    """The order keys of ``request``'s full prompt blocks (kv cache group 0), in chain order."""
+    return [make_block_hash_with_group_id(block_hash, 0) for block_hash in request.block_hashes]

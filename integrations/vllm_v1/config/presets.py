@@ -25,6 +25,7 @@ from policies import (
     TokenBucket,
 )
 from policies.adaptive_eviction import DuelingSLRU
+from policies.session_retention import SessionPins
 
 TenantWeights = Mapping[str, float]
 PresetFactory = Callable[[TenantWeights], Pipeline]
@@ -62,7 +63,8 @@ PRESETS: Mapping[str, PresetFactory] = {
     "admission": lambda _weights: Pipeline(admission=default_admission()),
     "watermarks": lambda _weights: Pipeline(watermarks=KVWatermarks()),
     "slru": lambda _weights: Pipeline(eviction=SegmentedLRU()),
-    "cache": lambda _weights: Pipeline(eviction=DuelingSLRU(), ranking=CacheAwareRanker()),
+    "cache": lambda _weights: Pipeline(eviction=DuelingSLRU(session_pins=SessionPins()),
+                                       ranking=CacheAwareRanker()),
     "slo": lambda _weights: slo_pipeline(),
     "pd-prefill": lambda _weights: pd_prefill_pipeline(),
     "pd-decode": lambda _weights: pd_decode_pipeline(),
@@ -71,7 +73,7 @@ PRESETS: Mapping[str, PresetFactory] = {
 ``default`` is the full composition; ``slo`` serves declared SLO classes (EDF, SLO
 admission, decode protection, a step model learned online: `integrations.vllm_v1.config.slo`;
 its classes come from ``llm_serving_policies.slo``); ``cache`` is the KV-cache pair (segmented LRU
-that turns into LRU where frequency does not pay, cache-aware ranking); ``pd-prefill`` / ``pd-decode`` are the PD-aware role
+that turns into LRU where frequency does not pay, with session pins; cache-aware ranking); ``pd-prefill`` / ``pd-decode`` are the PD-aware role
 pipelines (`integrations.vllm_v1.config.pd_roles`, which also sets their engine limits); the
 others are one policy alone, for ablations."""
 

@@ -6,7 +6,9 @@ from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.metrics import PolicyMetrics
 from policies import SegmentedLRU
+from policies.adaptive_eviction import DuelingSLRU
 from policies.prompt_versions import PromptVersions
+from policies.session_retention import SessionPins
 
 
 def make():
@@ -47,6 +49,26 @@ def test_eviction_gauges_and_counters_follow_the_orders_stats():
     assert value("policies:kv_evictions_total", segment="probation") == 2
     assert value("policies:kv_demoted_blocks_total", reason="stale") == 1
     assert value("policies:kv_evictable_blocks", segment="protected") == 1
+
+
+def test_session_pins_are_counted_by_event():
+    metrics, registry = make()
+    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=0.3, default_gap_s=10.0))
+    for i in range(6):
+        order.release(i)
+    session = order.turn_started("agent-1", ["a1", "a2", "a3", "a4"], now=0.0)
+    for key in ["a4", "a3", "a2", "a1"]:
+        order.release(key)
+    order.turn_finished(session, ["a1", "a2", "a3", "a4"], now=0.0)  # 10 tracked: 3 pinnable
+    order.acquire("a1")  # the next turn hits a pinned block
+    order.turn_started("agent-2", ["b1"], now=100.0)  # the others' pins expired
+    refresh(metrics, order)
+
+    def value(event):
+        return registry.get_sample_value("policies:kv_session_pins_total", {"event": event})
+
+    assert (value("pinned"), value("hit"), value("expired"), value("refused")) == (3, 1, 2, 1)
+    assert registry.get_sample_value("policies:kv_evictable_blocks", {"segment": "pinned"}) == 0
 
 
 def test_prefix_hits_by_tenant_through_the_scheduler():

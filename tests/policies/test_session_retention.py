@@ -1,0 +1,130 @@
+"""Session pins: the gap to a session's next turn learned online, pins, expiry, share bound."""
+
+import pytest
+
+from policies.adaptive_eviction import DuelingSLRU
+from policies.eviction import Segment
+from policies.session_retention import SessionGaps, SessionHints, SessionPins
+
+
+def release_chain(order, chain):
+    for i in range(len(chain) - 1, -1, -1):
+        order.release(chain[i], chain[i - 1] if i else None)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_pinned_fraction": 0.0}, r"max_pinned_fraction must be in \(0, 1\], got 0.0"),
+    ({"gap_slack": 0.5}, "gap_slack"),
+    ({"default_gap_s": float("nan")}, "default_gap_s must be a positive finite number"),
+    ({"smoothing": 1.5}, "smoothing"),
+])
+def test_rejects_bad_configuration(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SessionPins(**kwargs)
+
+
+def test_learns_each_sessions_gap_and_the_fleets_for_new_sessions():
+    gaps = SessionGaps(config=SessionPins(default_gap_s=10.0, smoothing=0.5, gap_slack=2.0))
+    a = gaps.session_of("a", ["k1"])
+    assert gaps.predicted_gap_s(a) == 10.0  # nothing seen yet
+    gaps.started(a, 0.0)
+    assert gaps.finished(a, "k1", 1.0) == 1.0 + 2.0 * 10.0
+    gaps.started(a, 5.0)  # gap 4 s
+    assert gaps.predicted_gap_s(a) == 4.0
+    gaps.finished(a, "k2", 6.0)
+    gaps.started(a, 14.0)  # gap 8 s: mean 0.5 * 4 + 0.5 * 8
+    assert gaps.predicted_gap_s(a) == 6.0
+    assert gaps.predicted_gap_s(gaps.session_of("b", ["x"])) == 6.0  # the fleet's mean
+    gaps.check_invariants()
+
+
+def test_names_a_session_by_hint_or_by_prefix_continuation():
+    assert SessionGaps().session_of(None, ["sys", "t1"]) is None  # hints only by default
+    gaps = SessionGaps(config=SessionPins(prefix_sessions=True))
+    first = gaps.session_of(None, ["sys", "t1"])
+    gaps.finished(first, "t1", 0.0)
+    assert gaps.session_of(None, ["sys", "t1", "t2"]) == first  # continues its last turn
+    assert gaps.session_of(None, ["sys", "u1"]) != first
+    assert gaps.session_of("s-1", ["sys", "t1", "t2"]) == ("id", "s-1")  # the hint wins
+
+
+def test_memory_is_bounded_by_max_sessions():
+    gaps = SessionGaps(config=SessionPins(max_sessions=3))
+    for i in range(10):
+        session = gaps.session_of(f"s{i}", [i])
+        gaps.started(session, float(i))
+        gaps.finished(session, i, float(i))
+        gaps.started(session, i + 0.5)
+    gaps.check_invariants()
+    assert gaps.session_of(None, [0]) != ("id", "s0")  # forgotten
+
+
+def pinned_order(**kwargs):
+    order = DuelingSLRU(session_pins=SessionPins(**kwargs))
+    assert isinstance(order, SessionHints)
+    return order
+
+
+def finish_turn(order, session_id, chain, now):
+    session = order.turn_started(session_id, chain, now)
+    release_chain(order, chain)
+    return order.turn_finished(session, chain, now)
+
+
+def test_a_finished_turn_is_pinned_and_evicted_after_everything_else():
+    order = pinned_order(max_pinned_fraction=1.0)
+    release_chain(order, ["x1", "x2"])  # no session: ages normally
+    assert finish_turn(order, "a", ["a1", "a2"], now=0.0) == 2
+    assert order.segment_of("a1") is Segment.PINNED
+    assert [order.evict() for _ in range(4)] == ["x2", "x1", "a2", "a1"]
+    stats = order.stats()
+    assert (stats.pins, stats.evictions_by_segment[-1]) == (2, ("pinned", 2))
+    order.check_invariants()
+
+
+def test_a_pin_expires_after_slack_times_the_predicted_gap():
+    order = pinned_order(max_pinned_fraction=1.0, default_gap_s=10.0, gap_slack=1.5)
+    finish_turn(order, "a", ["a1"], now=0.0)
+    order.turn_started("b", ["b1"], now=14.9)
+    assert order.segment_of("a1") is Segment.PINNED
+    order.turn_started("b", ["b1"], now=15.0)
+    assert order.segment_of("a1") is Segment.PROBATION  # ages normally from now on
+    assert order.stats().pins_expired == 1
+
+
+def test_a_hit_on_a_pinned_block_is_counted():
+    order = pinned_order(max_pinned_fraction=1.0)
+    finish_turn(order, "a", ["a1", "a2"], now=0.0)
+    order.turn_started("a", ["a1", "a2", "a3"], now=3.0)
+    order.acquire("a1")
+    order.acquire("a2")
+    stats = order.stats()
+    assert (stats.pin_hits, stats.pinned_blocks) == (2, 0)
+    order.check_invariants()
+
+
+def test_the_pinned_share_is_bounded_and_older_pins_stay():
+    order = pinned_order(max_pinned_fraction=0.5)
+    release_chain(order, [f"x{i}" for i in range(6)])
+    finish_turn(order, "a", ["a1", "a2"], now=0.0)
+    finish_turn(order, "b", [f"b{i}" for i in range(1, 6)], now=1.0)  # 13 tracked: 6 pins
+    assert order.stats().pinned_blocks == 6
+    assert order.segment_of("a1") is order.segment_of("b4") is Segment.PINNED  # b's prefix
+    assert order.segment_of("b5") is Segment.PROBATION
+    assert order.stats().pins_refused == 1
+    order.check_invariants()
+
+
+def test_with_only_pins_left_the_farthest_return_goes_first_leaf_first():
+    order = pinned_order(max_pinned_fraction=1.0, default_gap_s=10.0)
+    finish_turn(order, "soon", ["s1", "s2"], now=0.0)  # returns at about 10 s
+    finish_turn(order, "late", ["l1", "l2"], now=5.0)  # at about 15 s
+    assert [order.evict() for _ in range(4)] == ["l2", "l1", "s2", "s1"]
+
+
+def test_pins_are_off_by_default():
+    order = DuelingSLRU()
+    assert order.turn_started("a", ["a1"], 0.0) is None
+    release_chain(order, ["a1"])
+    assert order.turn_finished(None, ["a1"], 0.0) == 0
+    assert order.segment_of("a1") is Segment.PROBATION

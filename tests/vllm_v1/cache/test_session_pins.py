@@ -1,0 +1,38 @@
+"""Session pins inside vLLM's scheduler: a finished turn's blocks are pinned for the next."""
+
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
+from policies.adaptive_eviction import DuelingSLRU
+from policies.eviction import Segment
+from policies.session_retention import SessionPins
+from tests.helpers.cache import check_pool
+
+
+def run(harness, request_id, prompt, session_id):
+    harness.add_request(request_id, prompt, 2, session_id=session_id)
+    while harness.has_requests():
+        harness.step()
+        check_pool(harness.scheduler)
+
+
+def test_a_sessions_turn_is_pinned_and_its_next_turn_hits_the_pins():
+    shape = EngineShape(num_blocks=64, max_num_seqs=4, max_model_len=1024)
+    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=1.0))
+    harness = SchedulerHarness.build(Pipeline(eviction=order), shape=shape)
+    prompt = [5 + i % 50 for i in range(160)]  # 10 full blocks
+    run(harness, "turn-1", prompt, "agent-1")
+    queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
+    stats = queue.order.stats()
+    assert stats.pins == stats.pinned_blocks == 10
+    assert all(queue.order.segment_of(k) is Segment.PINNED for k in queue.order
+               if queue.order.segment_of(k) is not Segment.UNCACHED)
+    run(harness, "turn-2", prompt + [7] * 40, "agent-1")  # the next turn extends the context
+    assert queue.order.stats().pin_hits == 10  # all pinned blocks: the new tokens come after
+
+
+def test_without_a_session_id_nothing_is_pinned():
+    shape = EngineShape(num_blocks=64, max_num_seqs=4, max_model_len=1024)
+    order = DuelingSLRU(session_pins=SessionPins())
+    harness = SchedulerHarness.build(Pipeline(eviction=order), shape=shape)
+    run(harness, "one-shot", [5 + i % 50 for i in range(160)], None)
+    assert harness.scheduler.kv_cache_manager.block_pool.free_block_queue.order.stats().pins == 0
