@@ -159,6 +159,9 @@ class PolicySchedulerMixin:
         self._block_quota = (pipeline.watermarks if isinstance(pipeline.watermarks, KVBlockQuota)
                              else None)
         self._ranks_under_load = isinstance(pipeline.ranking, LoadAwareRanking)
+        self._hits_on_arrival = self._ranks_under_load or any(
+            getattr(p, "reads_prefix_hits", False) for p in pipeline.policies)
+        """Whether a policy reads the arrival's prefix-cache hit (`RequestView.cached_tokens`)."""
         queue_key = self._queue_key if self._honours_pipeline_order() else _stock_priority_key
         self.faults = PolicyFaults(pipeline.policies, self.metrics)
         """Policy exceptions contained so far (`PolicyFaults`)."""
@@ -291,6 +294,9 @@ class PolicySchedulerMixin:
             self._reject(request, Rejection(reason="invalid_metadata", detail=str(error)))
             return
         view = request_view(request, metadata)
+        if self._hits_on_arrival:  # looked up once, for every policy that reads it
+            view = attrs.evolve(view, cached_tokens=cached_prefix_tokens(self.kv_cache_manager,
+                                                                         request))
         now = self.clock()
         try:
             rejection = self._admission(view, now)
@@ -301,7 +307,7 @@ class PolicySchedulerMixin:
             self._reject(request, rejection)
             return
         try:
-            view, rank_key = self._rank(request, view, now)
+            rank_key = self._rank(view, now)
             rank_key = _sort_number(rank_key, "rank key")
         except Exception as error:  # noqa: BLE001 - contained: arrival order (stock fcfs)
             self.faults.record("ranking", error, self.pipeline.ranking)
@@ -320,15 +326,11 @@ class PolicySchedulerMixin:
                 return Rejection.from_decision(decision)
         return None
 
-    def _rank(self, request: Request, view: RequestView, now: float
-              ) -> tuple[RequestView, float]:
+    def _rank(self, view: RequestView, now: float) -> float:
         ranking = self.pipeline.ranking
         if not self._ranks_under_load:
-            return view, ranking.rank_key(view)
-        # cache-aware: the prefix hit on admission
-        view = attrs.evolve(view, cached_tokens=cached_prefix_tokens(self.kv_cache_manager,
-                                                                     request))
-        return view, ranking.rank_key_under_load(view, self.load_snapshot(now))
+            return ranking.rank_key(view)
+        return ranking.rank_key_under_load(view, self.load_snapshot(now))  # the hit is in view
 
     def _call(self, seam: str, calls: Any, *args: Any) -> None:
         """Call each of ``calls`` with ``args``; a raise is contained and the others still run."""
