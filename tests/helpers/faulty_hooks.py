@@ -91,3 +91,6 @@ FlakyEviction = _here(_flaky("FlakyEviction", ("evict", "release", "acquire", "d
 FlakyDeadlines = _here(_flaky("FlakyDeadlines", ("rank_key", "effective_priority", "is_late",
                                                  "is_expired")))
 FlakyWatermarks = _here(_flaky("FlakyWatermarks", ("admit",)))
+FlakyQuotas = _here(_flaky("FlakyQuotas", ("eligible",)))
+FlakyStartGate = _here(_flaky("FlakyStartGate", ("startable",)))
+FlakyStepModel = _here(_flaky("FlakyStepModel", ("observe",)))

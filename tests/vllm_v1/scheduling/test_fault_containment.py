@@ -13,11 +13,27 @@ from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.scheduling.scheduler import AsyncPolicyScheduler, PolicyScheduler
-from policies import LRU, EDFRanker, KVWatermarks
+from policies import (
+    LRU,
+    WFQ,
+    DecodeKVGate,
+    EDFRanker,
+    KVWatermarks,
+    OnlineStepTimeModel,
+    TenantQuota,
+)
 from tests.helpers import faulty_hooks
 from tests.helpers.drain import drain
 from tests.helpers.faulty import AcceptAll, FlakyAdmission
-from tests.helpers.faulty_hooks import EVERY, FlakyDeadlines, FlakyEviction, FlakyWatermarks
+from tests.helpers.faulty_hooks import (
+    EVERY,
+    FlakyDeadlines,
+    FlakyEviction,
+    FlakyQuotas,
+    FlakyStartGate,
+    FlakyStepModel,
+    FlakyWatermarks,
+)
 from tests.helpers.probe_admission import ProbeAdmission
 
 SCHEDULERS = [PolicyScheduler, AsyncPolicyScheduler]
@@ -53,14 +69,19 @@ SLOTS = {
     "deadlines": (lambda: FlakyDeadlines(EDFRanker(), 3), "pre_step"),
     "watermarks": (lambda: FlakyWatermarks(KVWatermarks(), 2), "admission"),
     "admission": (lambda: FlakyAdmission(AcceptAll(), 2), "admission"),
+    "quotas": (lambda: FlakyQuotas(TenantQuota(), 3), "fairness"),
+    "start_gate": (lambda: FlakyStartGate(DecodeKVGate(), 3), "before_schedule"),
+    "step_model": (lambda: FlakyStepModel(OnlineStepTimeModel(), 3), "before_update"),
 }
+NEEDS = {"quotas": {"fairness": WFQ(weights={"a": 2.0})}}
+"""Slots that need another slot set."""
 
 
 @pytest.mark.parametrize("scheduler_cls", SCHEDULERS)
 @pytest.mark.parametrize("slot", sorted(SLOTS))
 def test_a_slot_raising_every_n_calls_loses_no_request(slot, scheduler_cls, caplog):
     make, seam = SLOTS[slot]
-    scheduler, drained = run(Pipeline(**{slot: make()}), scheduler_cls)
+    scheduler, drained = run(Pipeline(**{slot: make()}, **NEEDS.get(slot, {})), scheduler_cls)
     assert not [o for o in drained.outputs if o.stop_reason]  # nothing rejected by a fault
     policy = type(getattr(scheduler.pipeline, slot)).__name__
     assert scheduler.faults.counts[(policy, seam)] >= 1, dict(scheduler.faults.counts)
