@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import contextlib
 
+import attrs
+
+from policies import PrefixWarmer
 from tests.helpers.faulty import _flaky
 
 EVERY = 3
@@ -94,3 +97,16 @@ FlakyWatermarks = _here(_flaky("FlakyWatermarks", ("admit",)))
 FlakyQuotas = _here(_flaky("FlakyQuotas", ("eligible",)))
 FlakyStartGate = _here(_flaky("FlakyStartGate", ("startable",)))
 FlakyStepModel = _here(_flaky("FlakyStepModel", ("observe",)))
+
+
+@attrs.define(eq=False, kw_only=True)
+class FlakyWarmer(PrefixWarmer):
+    """A `PrefixWarmer` whose ``observe`` raises on every `EVERY`-th call."""
+
+    flaky_calls: int = 0
+
+    def observe(self, *args, **kwargs):
+        self.flaky_calls += 1
+        if self.flaky_calls % EVERY == 0:
+            raise RuntimeError(f"injected fault #{self.flaky_calls}")
+        return super().observe(*args, **kwargs)

@@ -32,6 +32,7 @@ from tests.helpers.faulty_hooks import (
     FlakyQuotas,
     FlakyStartGate,
     FlakyStepModel,
+    FlakyWarmer,
     FlakyWatermarks,
 )
 from tests.helpers.probe_admission import ProbeAdmission
@@ -72,6 +73,7 @@ SLOTS = {
     "quotas": (lambda: FlakyQuotas(TenantQuota(), 3), "fairness"),
     "start_gate": (lambda: FlakyStartGate(DecodeKVGate(), 3), "before_schedule"),
     "step_model": (lambda: FlakyStepModel(OnlineStepTimeModel(), 3), "before_update"),
+    "warming": (lambda: FlakyWarmer(), "on_admitted"),
 }
 NEEDS = {"quotas": {"fairness": WFQ(weights={"a": 2.0})}}
 """Slots that need another slot set."""
