@@ -606,7 +606,13 @@ class SLOAdmission:
         return late + due - request.arrival_s
 
     def predict_tpot_s(self, request: RequestView, load: LoadSnapshot) -> float:
-        """Seconds per output token once ``request`` decodes beside the running requests."""
+        """Seconds per output token once ``request`` decodes beside the running requests: the
+        step time measured lately (`OnlineStepTimeModel.recent_step_s`, which carries the
+        engine's usual prefill mix) plus what its own decode adds; with a fixed model, one
+        step with a full prefill chunk beside every running request."""
+        recent = getattr(self.step_model, "recent_step_s", None)
+        if recent is not None:
+            return recent + self.step_model.decode_s(request.prompt_tokens)
         tokens = self.ledger.prefill_tokens(request)
         backlog = self.ledger.backlog_tokens + tokens
         return self.step_model.step_s(load.running_requests + 1,

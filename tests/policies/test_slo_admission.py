@@ -328,3 +328,17 @@ def test_an_idle_engine_admits_what_it_cannot_serve_in_time():
     assert admission.admit(view("a", 5000), load()).admitted, "idle: stock vLLM would serve it"
     admission.ledger.on_admitted(view("a", 5000), 0.0)
     assert not admission.admit(view("b", 5000), load()).admitted
+
+
+def test_a_learned_model_predicts_tpot_from_the_steps_it_measured():
+    from policies import OnlineStepTimeModel, StepFeatures
+
+    learned = OnlineStepTimeModel()
+    admission = policy(step_model=learned)
+    request = view("a", 2000)
+    before = admission.predict_tpot_s(request, load(running=8))  # the prior, full chunks
+    for _ in range(500):
+        learned.observe(StepFeatures(decodes=8, decode_context_tokens=8000), 0.012)
+    after = admission.predict_tpot_s(request, load(running=8))
+    assert after == pytest.approx(learned.recent_step_s + learned.model.decode_s(2000))
+    assert after < before
