@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 import zlib
@@ -52,8 +53,10 @@ from integrations.vllm_v1.instruments.step_log import step_log_server_args
 from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 from integrations.vllm_v1.serving.server import API_SERVER_MODULE, LocalServer, offline_env, serve
 
-LIVE_SYSTEMS = ("fcfs", "pipeline+fixes")
-"""The systems a live run compares by default (one server each, one after the other)."""
+LIVE_SYSTEMS = ("fcfs", "priority", "stock+queue-caps:priority:reqs=128", "pipeline+slo")
+"""The systems a live run compares by default (one server each, one after the other): the
+product ``slo`` preset beside stock vLLM, with the queue-caps setting the replay's sweep found
+best for the business case."""
 REFERENCE_PHASE_S = 60.0
 """The replay study's phase length: live durations are scaled by ``phase_s / 60``."""
 VOCAB = (3, 4096)
@@ -197,10 +200,56 @@ def _warm_up(server: LocalServer, model: str) -> None:
         response.read()
 
 
+STEP_MODEL_METRICS = ("policies:step_model_relative_error", "policies:step_model_observations")
+
+
+def scrape_step_model(url: str) -> dict[str, float]:
+    """The step model's gauges on ``url``'s ``/metrics`` (empty for a stock server)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith(STEP_MODEL_METRICS):
+            name, _, value = line.rpartition(" ")
+            key = ("p50" if 'quantile="0.5"' in name else "p99" if 'quantile="0.99"' in name
+                   else "observations")
+            values[key] = float(value)
+    return values
+
+
+class _StepModelWatch:
+    """Reads the step model's gauges every ``every_s`` while a system plays (a thread)."""
+
+    def __init__(self, url: str, every_s: float = 1.0) -> None:
+        self.points: list[dict] = []
+        self._url, self._every_s = url, every_s
+        self._stop = threading.Event()
+        self._started = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _StepModelWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                values = scrape_step_model(self._url)
+            except OSError:
+                continue
+            if values:
+                self.points.append({"time_s": time.perf_counter() - self._started, **values})
+
+
 def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *,
                model: str, log_dir: Path, step_log: Path | None = None
                ) -> tuple[SystemRun, dict]:
-    """Start ``system``'s server, play ``requests`` through it, stop it; the run and timings."""
+    """Start ``system``'s server, play ``requests`` through it, stop it; the run and timings
+    (with, for a pipeline with a learned step model, its ``/metrics`` error over time)."""
     started = time.perf_counter()
     with start_server(system, scale, model=model, log_path=log_dir / f"{system}.log",
                       step_log=step_log) as server:
@@ -208,15 +257,19 @@ def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *
         model = served_model(server)
         _warm_up(server, model)
         ready_s = time.perf_counter() - started
-        records, samples = asyncio.run(play(server.url, model, requests,
-                                            with_priority=not system.startswith(
-                                                (QUEUE_CAPS + ":fcfs", "fcfs"))))
+        with _StepModelWatch(server.url) as watch:
+            records, samples = asyncio.run(play(server.url, model, requests,
+                                                with_priority=not system.startswith(
+                                                    (QUEUE_CAPS + ":fcfs", "fcfs"))))
         played_s = time.perf_counter() - started - ready_s
     run = SystemRun(system=system, records=tuple(records), samples=tuple(samples),
                     preemptions=0, steps=0, makespan_s=max(
                         (r.finish_s for r in records if r.finish_s is not None), default=0.0),
                     busy_s=0.0, wall_s=played_s)
-    return run, {"server_ready_s": ready_s, "played_s": played_s}
+    timings = {"server_ready_s": ready_s, "played_s": played_s}
+    if watch.points:
+        timings["step_model"] = watch.points
+    return run, timings
 
 
 def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,

@@ -156,6 +156,8 @@ def run_study(workload: BusinessWorkload, *, systems: Sequence[str] = SYSTEMS,
                    "slos": {k: attrs.asdict(v) for k, v in slos.items()},
                    "engine": attrs.asdict(shape), "cost_model": attrs.asdict(cost_model)},
         "headline": HEADLINE if HEADLINE in shown else shown[-1],
+        "product_preset": {"system": HEADLINE, "preset": "slo",
+                           "declaration": "systems.slo_spec (the SLO classes, Gold protected)"},
         "slo_definitions": {name: {k: attrs.asdict(v) for k, v in d.items()}
                             for name, d in definitions.items()},
         "phases": phases,

@@ -42,6 +42,8 @@ from benchmarks.replay.targets import decode_protection_targets, format_targets
 from benchmarks.replay.trace import Trace
 from benchmarks.replay.workloads import TENANT_WEIGHTS, load_workload
 
+PRODUCT_SYSTEM = "pipeline:slo"
+"""The product's ``slo`` preset as a replay system (named in ``summary.json`` when replayed)."""
 TENANT_PRIORITIES = {"t0": -1, "t1": -1, "t2": 0, "t3": 0, "t4": 0, "t5": 1, "t6": 1}
 """``--tenants servegen``: the two busiest tenants are Gold (-1), three Silver (0), two Bronze (1)."""
 
@@ -142,6 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
               "cost_model": attrs.asdict(cost_model), "engine": attrs.asdict(shape)}
     summary = {"trace": trace.name, "config": config,
                "systems": {s: summaries[s] for s in shown}}
+    if PRODUCT_SYSTEM in shown:
+        summary["product_preset"] = PRODUCT_SYSTEM
     if sweep is not None:
         summary["queue_caps_sweep"] = sweep
     summary["targets"] = decode_protection_targets(summary)

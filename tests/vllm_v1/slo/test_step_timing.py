@@ -50,3 +50,58 @@ def test_steps_that_schedule_nothing_are_not_learned():
     for _ in range(5):
         harness.step()  # nothing to run
     assert harness.scheduler.pipeline.step_model.stats().observations == 0
+
+
+class _Engine:
+    """What the hook reads of a scheduler: its clock and its requests."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.requests = {"a": _Request(100, 101)}  # decoding: 100 prompt tokens, 101 in KV
+
+    def clock(self) -> float:
+        return self.now
+
+
+class _Request:
+    def __init__(self, prompt: int, computed: int) -> None:
+        self.num_prompt_tokens, self.num_computed_tokens = prompt, computed
+
+
+class _Output:
+    num_scheduled_tokens = {"a": 1}
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+
+    def observe(self, features: StepFeatures, duration_s: float) -> None:
+        assert features == StepFeatures(decodes=1, decode_context_tokens=100)
+        self.durations.append(duration_s)
+
+
+def test_async_scheduling_times_each_step_from_the_previous_output():
+    engine, recorder = _Engine(), _Recorder()
+    hook = StepTimingHook(engine, recorder)
+    first, second = _Output(), _Output()
+    hook.after_schedule(first)          # step 1 scheduled at 0.0 and starts
+    engine.now = 0.001
+    hook.after_schedule(second)         # step 2 scheduled while step 1 runs
+    engine.now = 0.030
+    hook.before_update(first, None)     # step 1 done: 30 ms after it was scheduled
+    engine.now = 0.055
+    hook.before_update(second, None)    # step 2 ran from step 1's end: 25 ms
+    assert recorder.durations == pytest.approx([0.030, 0.025])
+
+
+def test_sync_scheduling_times_each_step_from_its_schedule():
+    engine, recorder = _Engine(), _Recorder()
+    hook = StepTimingHook(engine, recorder)
+    for start, end in ((0.0, 0.02), (0.5, 0.51)):  # an idle gap between the steps
+        output = _Output()
+        engine.now = start
+        hook.after_schedule(output)
+        engine.now = end
+        hook.before_update(output, None)
+    assert recorder.durations == pytest.approx([0.02, 0.01])
