@@ -97,8 +97,12 @@ class DuelingSLRU(SegmentedLRU):
     window_accesses: float = attrs.field(default=20_000.0, validator=attrs.validators.gt(0))
     """Decay horizon of the shadows' hit counts, in accesses (acquires and new blocks)."""
     shadow_sample: int = attrs.field(default=8, validator=attrs.validators.ge(1))
-    """The shadows see one key in ``shadow_sample`` (by hash) and are that much smaller:
-    set dueling on sampled sets, at 1 / ``shadow_sample`` of the cost."""
+    """At most, the shadows see one key in ``shadow_sample`` (by hash) and are that much
+    smaller: set dueling on sampled sets, at 1 / ``shadow_sample`` of the cost."""
+    min_shadow_blocks: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+    """The sample rate is fixed at the first eviction, as high as ``shadow_sample`` while
+    each shadow keeps at least this many keys (a small cache is not sampled)."""
+    _sample: int = attrs.field(init=False, repr=False, default=1)
 
     _lru: _Shadow = attrs.field(init=False, repr=False, factory=lambda: _Shadow(order=LRU()))
     _slru: _Shadow = attrs.field(init=False, repr=False,
@@ -130,23 +134,29 @@ class DuelingSLRU(SegmentedLRU):
 
     def acquire(self, key: Hashable) -> None:
         """As `SegmentedLRU.acquire`; both shadows see an access of ``key``."""
-        if self.segment_of(key) is Segment.PINNED:
+        if key in self._pinned_until and self.segment_of(key) is Segment.PINNED:
             self._counts["pin_hits"] += 1
             del self._pinned_until[key]
         super().acquire(key)
-        self._observe(key, self._entries[key].parent, release=False)
+        if not hash(key) % self._sample:
+            self._observe(key, self._entries[key].parent, release=False)
 
     def _release(self, key: Hashable, parent: Hashable | None, *, protect: bool = False,
                  cancelled: bool = False) -> None:
         super()._release(key, parent, protect=protect, cancelled=cancelled)
-        self._observe(key, parent, release=True)
+        if not hash(key) % self._sample:
+            self._observe(key, parent, release=True)
 
     def evict(self) -> Hashable:
         """As `SegmentedLRU.evict`; the shadows' capacity follows the real cache's."""
-        if self._capacity == float("inf") or len(self._entries) > self._capacity:
+        if self._capacity == float("inf"):  # the cache is full: fix the sample rate
             self._capacity = float(len(self._entries))
-            self._lru.trim(self._capacity)
-            self._slru.trim(self._capacity)
+            self._sample = max(1, min(self.shadow_sample,
+                                      len(self._entries) // self.min_shadow_blocks))
+            if self._sample > 1:  # start the shadows over on the sampled keys
+                self._lru, self._slru = _Shadow(order=LRU()), _Shadow(order=SegmentedLRU())
+        elif len(self._entries) > self._capacity:
+            self._capacity = float(len(self._entries))
         pinned = self._segments[Segment.PINNED]
         if pinned and len(pinned) == len(self):  # only pins left: the farthest return goes
             pinned.move_to_end(self._farthest_pin(), last=False)
@@ -160,6 +170,11 @@ class DuelingSLRU(SegmentedLRU):
         self._pinned_until.pop(key, None)
 
     # -- session pins -----------------------------------------------------------
+
+    def wants_turn(self, session_id: str | None) -> bool:
+        """Whether pins are on and the request has a ``session_id`` (or ``prefix_sessions``)."""
+        return self.session_pins is not None and (session_id is not None
+                                                  or self.session_pins.prefix_sessions)
 
     def turn_started(self, session_id: str | None, keys: Sequence[Hashable],
                      now: float) -> Hashable:
@@ -239,10 +254,9 @@ class DuelingSLRU(SegmentedLRU):
         self._after_release()
 
     def _observe(self, key: Hashable, parent: Hashable | None, *, release: bool) -> None:
-        sample = self.shadow_sample
-        if sample > 1 and hash(key) % sample:
-            return
-        if parent is not None and sample > 1 and hash(parent) % sample:
+        """A sampled ``key`` was accessed: feed both shadows, follow the leader."""
+        sample = self._sample
+        if parent is not None and hash(parent) % sample:
             parent = None  # not in the shadows: the prefix rule is checked on sampled keys
         decay = 1.0 - sample / self.window_accesses
         capacity = self._capacity / sample

@@ -34,6 +34,10 @@ def _positive(_instance: object, attribute: attrs.Attribute, value: float) -> No
 class SessionHints(Protocol):
     """Hints for an eviction order that keeps agent sessions' blocks across tool calls."""
 
+    def wants_turn(self, session_id: str | None) -> bool:
+        """Whether a request with ``session_id`` (or None) can be pinned (skip the rest if not)."""
+        ...
+
     def turn_started(self, session_id: str | None, keys: Sequence[Hashable],
                      now: float) -> Hashable:
         """A request with prompt blocks ``keys`` arrived at ``now``; returns its session."""

@@ -123,7 +123,10 @@ def test_with_only_pins_left_the_farthest_return_goes_first_leaf_first():
 
 
 def test_pins_are_off_by_default():
+    assert pinned_order().wants_turn("a") and not pinned_order().wants_turn(None)
+    assert pinned_order(prefix_sessions=True).wants_turn(None)
     order = DuelingSLRU()
+    assert not order.wants_turn("a")
     assert order.turn_started("a", ["a1"], 0.0) is None
     release_chain(order, ["a1"])
     assert order.turn_finished(None, ["a1"], 0.0) == 0

@@ -303,9 +303,10 @@ class EvictionHook(SchedulerHook):
         if self._turns is not None:  # session pins: the turn of a session arrived
             session_id = (request.session_id
                           or self._scheduler.tracked_metadata(request).session_id)
-            session = self._turns.turn_started(session_id, _block_keys(request), self._now)
-            if session is not None:
-                self._session_of[request.request_id] = session
+            if self._turns.wants_turn(session_id):
+                session = self._turns.turn_started(session_id, _block_keys(request), self._now)
+                if session is not None:
+                    self._session_of[request.request_id] = session
 
     @contextmanager
     def releasing(self, request: Any, *, preempted: bool) -> Iterator[None]:
