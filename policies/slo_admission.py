@@ -39,6 +39,7 @@ from typing import ClassVar
 import attrs
 
 from policies.admission import AdmissionDecision
+from policies.percentile import percentile
 from policies.step_model import OnlineStepTimeModel, StepTimeModel
 from policies.validators import at_least, finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
@@ -726,8 +727,7 @@ class SLOAdmission:
                                  ttft_error_p90=self._p90())
 
     def _p90(self) -> float | None:
-        ranked = sorted(self._errors)
-        return ranked[min(len(ranked) - 1, math.ceil(0.9 * len(ranked)) - 1)] if ranked else None
+        return percentile(self._errors, 90) if self._errors else None
 
     def check_invariants(self) -> None:
         """Counters are never negative; the ledger's own invariants hold."""

@@ -23,6 +23,7 @@ from collections import deque
 
 import attrs
 
+from policies.percentile import percentile
 from policies.validators import finite_non_negative, finite_positive
 
 
@@ -151,7 +152,8 @@ class StepModelStats:
     """The current fit."""
     relative_error_p50: float | None
     """Median of ``|predicted - measured| / measured`` over the last ``error_window`` steps,
-    each predicted before the model learned from it (None before any step)."""
+    each predicted before the model learned from it (None before any step; percentiles are
+    `policies.percentile`'s)."""
     relative_error_p99: float | None
 
 
@@ -269,13 +271,11 @@ class OnlineStepTimeModel:
 
     def stats(self) -> StepModelStats:
         """A frozen snapshot (see `StepModelStats`)."""
-        errors = sorted(self._errors)
-
-        def rank(q: float) -> float | None:
-            return errors[min(len(errors) - 1, math.ceil(q * len(errors)) - 1)] if errors else None
-
-        return StepModelStats(observations=self._observations, model=self._model,
-                              relative_error_p50=rank(0.5), relative_error_p99=rank(0.99))
+        errors = self._errors
+        return StepModelStats(
+            observations=self._observations, model=self._model,
+            relative_error_p50=percentile(errors, 50) if errors else None,
+            relative_error_p99=percentile(errors, 99) if errors else None)
 
     def check_invariants(self) -> None:
         """Coefficients non-negative; the normal matrix symmetric with a non-negative diagonal."""

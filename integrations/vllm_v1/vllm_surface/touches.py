@@ -70,7 +70,7 @@ TOUCHES: tuple[Touch, ...] = (
     Touch("vllm.v1.engine", "EngineCoreOutputs", "call"),
     Touch("vllm.v1.engine", "FinishReason", "read"),
     Touch("vllm.v1.request", "Request", "call",
-          ("request_id", "prompt_token_ids", "sampling_params", "pooling_params", "session_id")),
+          ("request_id", "prompt_token_ids", "sampling_params", "pooling_params")),
     *_members("vllm.v1.request", "Request", "read", "request_id", "priority", "arrival_time",
               "num_prompt_tokens", "num_computed_tokens", "num_tokens", "max_tokens",
               "block_hashes", "sampling_params", "client_index", "status", "prompt_token_ids",

@@ -138,22 +138,35 @@ def test_quotas_need_a_fairness_policy():
         Pipeline(quotas=TenantQuota())
 
 
-def test_kv_watermark_quota_holds_a_long_prefill_while_the_head_request_runs():
+def _long_prefill_high_water(waiting_behind: bool) -> int:
+    """Most tokens a 600-token prompt computes behind a running head, under an 8-block quota,
+    with or without a third request waiting for a slot (two slots)."""
     watermarks = KVWatermarks(base_quota_blocks=8, min_quota_blocks=4)  # 8 blocks of 16 tokens
     harness = SchedulerHarness.build(
         Pipeline(watermarks=watermarks),
-        shape=EngineShape(num_blocks=64, block_size=16, max_num_batched_tokens=256))
+        shape=EngineShape(num_blocks=64, block_size=16, max_num_batched_tokens=256,
+                          max_num_seqs=2))
     harness.add_request("head", range(100), 40)
     harness.step()  # head runs: the quota applies to everyone behind it
     long_request = harness.add_request("long", range(1000, 1600), 2)
+    if waiting_behind:
+        harness.add_request("third", range(2000, 2050), 2)  # no slot: it waits
     most = 0
     while harness.scheduler.requests.get("head") is not None:
         harness.step()
         harness.clock.advance(0.01)
         most = max(most, long_request.num_computed_tokens)
-    assert 0 < most <= 8 * 16  # held at its quota (at most 8 blocks, less as usage grows)
-    _, finished, _ = drain(harness)
-    assert finished == ["long"]  # alone at the head, it is no longer held
+    drain(harness)
+    assert not harness.has_requests()  # alone at the head, it is no longer held
+    return most
+
+
+def test_kv_watermark_quota_holds_a_long_prefill_while_requests_wait():
+    assert 0 < _long_prefill_high_water(waiting_behind=True) <= 8 * 16  # held at its quota
+
+
+def test_kv_watermark_quota_leaves_a_long_prefill_alone_when_nothing_waits():
+    assert _long_prefill_high_water(waiting_behind=False) > 8 * 16  # nobody to leave room for
 
 
 def test_kv_watermark_quota_never_stalls_the_engine():
