@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from benchmarks.cache_replay.__main__ import main
 from benchmarks.cache_replay.simulate import replay_opt, replay_order
 from policies import LRU, SegmentedLRU
+from policies.adaptive_eviction import DuelingSLRU
+from policies.session_retention import SessionPins
 
 CHAINS = [(1, 2), (3,), (1, 2)]
 
@@ -25,6 +27,19 @@ def test_a_block_hits_only_behind_a_hit_prefix():
 def test_lru_evicts_the_one_shot_request_tail_first_and_opt_bypasses_it():
     assert replay_order(CHAINS, 2, LRU(), "lru").hit_blocks == 1  # 3 evicted 2, kept 1
     assert replay_opt(CHAINS, 2).hit_blocks == 2  # 3 is never used again: not kept
+
+
+def test_session_turns_reach_an_order_with_session_pins():
+    # Two sessions take turns through a 4-block cache; a one-shot request comes between.
+    chains = [(1, 2), (3, 4), (9,), (1, 2, 5), (3, 4, 6)]
+    turns = [("a", 0.0), ("b", 1.0), (None, 1.5), ("a", 2.0), ("b", 3.0)]
+    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=1.0))
+    pinned = replay_order(chains, 4, order, "dueling-pins", turns=turns)
+    stats = order.stats()
+    assert stats.pins > 0 and stats.pin_hits > 0  # the sessions' turns were pinned and hit
+    assert pinned.hit_blocks > replay_order(chains, 4, DuelingSLRU(), "dueling").hit_blocks
+    with pytest.raises(ValueError, match="turns must have one entry per chain: 1 for 5"):
+        replay_order(chains, 4, order, "x", turns=turns[:1])
 
 
 def test_rejects_an_empty_cache():
