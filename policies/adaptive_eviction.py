@@ -99,7 +99,7 @@ class DuelingSLRU(SegmentedLRU):
     shadow_sample: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     """At most, the shadows see one key in ``shadow_sample`` (by hash) and are that much
     smaller: set dueling on sampled sets, at 1 / ``shadow_sample`` of the cost."""
-    min_shadow_blocks: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+    min_shadow_blocks: int = attrs.field(default=1024, validator=attrs.validators.ge(1))
     """The sample rate is fixed at the first eviction, as high as ``shadow_sample`` while
     each shadow keeps at least this many keys (a small cache is not sampled)."""
     _sample: int = attrs.field(init=False, repr=False, default=1)
