@@ -22,6 +22,7 @@ import torch
 from integrations.vllm_v1.config.spec import to_additional_config
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.scheduling.scheduler import PolicyScheduler, PolicySchedulerMixin
+from integrations.vllm_v1.slo.step_timing import scheduled_chunks
 from integrations.vllm_v1.vllm_surface.names import (
     CacheConfig,
     EngineCoreOutput,
@@ -103,20 +104,9 @@ class ScheduledWork:
 
 
 def scheduled_work(scheduler: Scheduler, num_scheduled_tokens: dict[str, int]) -> ScheduledWork:
-    """Classify a step's scheduled tokens; call between ``schedule()`` and ``update_from_output()``.
-
-    A request scheduled for one token with its whole prompt in KV decodes; anything
-    else (first prefill, chunk, recompute after preemption) is a prefill chunk.
-    """
-    prefills, decodes = [], []
-    for req_id, tokens in num_scheduled_tokens.items():
-        request = scheduler.requests[req_id]
-        before = request.num_computed_tokens - tokens
-        if tokens == 1 and before >= request.num_prompt_tokens:
-            decodes.append(before)
-        else:
-            prefills.append((tokens, before))
-    return ScheduledWork(tuple(prefills), tuple(decodes))
+    """Classify a step's scheduled tokens (`scheduled_chunks`); call between ``schedule()``
+    and ``update_from_output()``."""
+    return ScheduledWork(*scheduled_chunks(scheduler, num_scheduled_tokens))
 
 
 @attrs.frozen
