@@ -448,6 +448,11 @@ class SLOAdmission:
     """Classes whose TPOT every step keeps within ``protected_headroom`` of the target while
     one of their requests decodes (a margin for the step model's error)."""
     protected_headroom: float = attrs.field(default=1.0, validator=finite_positive)
+    tpot_step_bound: bool = False
+    """Size each step's prefill from the TPOT targets of the classes decoding, through the
+    step model (`step_prefill_tokens`), instead of ``max_prefill_tokens_per_step`` alone
+    (which then is the floor): a loose TPOT lets prefill through faster, a protected one
+    holds it back."""
     min_retry_after_s: float = attrs.field(default=1.0, validator=finite_non_negative)
     max_retry_after_s: float = attrs.field(default=60.0, validator=finite_non_negative)
     feedback_window: int = attrs.field(default=0, validator=attrs.validators.ge(0))
@@ -476,6 +481,8 @@ class SLOAdmission:
                                                                       repr=False)
     _errors: deque[float] = attrs.field(init=False, factory=deque, repr=False)
     _headroom_now: float = attrs.field(init=False, default=0.0, repr=False)
+    _step_bound: tuple[LoadSnapshot, int, int] | None = attrs.field(init=False, default=None,
+                                                                   repr=False)
     """Admitted request id -> the class it is judged by (its TPOT binds while it decodes)."""
 
     reads_prefix_hits: ClassVar[bool] = True
@@ -514,9 +521,49 @@ class SLOAdmission:
     # -- predictions ------------------------------------------------------------
 
     def prefill_per_step(self, load: LoadSnapshot) -> int:
-        """Prefill tokens one step carries under load."""
+        """Prefill tokens one step carries under load (`step_prefill_tokens` at no context
+        when the bound follows the TPOT targets)."""
+        if self.tpot_step_bound:
+            return self.step_prefill_tokens(load, 0)
         bound = self.max_prefill_tokens_per_step
         return load.token_budget if bound is None else min(bound, load.token_budget)
+
+    def step_prefill_tokens(self, load: LoadSnapshot, context_tokens: int) -> int:
+        """The most prefill tokens, after ``context_tokens`` in KV, one step may carry so that
+        it stays within ``tpot_headroom`` of the tightest TPOT of the classes decoding (with
+        the protected margins), on the step model; the whole token budget when nothing
+        decodes; never fewer than ``max_prefill_tokens_per_step`` (the floor that keeps
+        prefill moving; 1 when None)."""
+        floor = min(self.max_prefill_tokens_per_step or 1, load.token_budget)
+        if self.ledger.decoding_context_tokens == 0 and not any(self.ledger.decoding_ids()):
+            return load.token_budget
+        cached = self._step_bound
+        if cached is not None and cached[0] is load and cached[1] == context_tokens:
+            return cached[2]
+        budget_s = self.tpot_headroom * self._decoding_tpot_bound_s()
+        if budget_s == math.inf:
+            return load.token_budget
+        model = getattr(self.step_model, "model", self.step_model)
+        room_s = budget_s - model.step_s(load.running_requests, 0,
+                                         self.ledger.decoding_context_tokens)
+        linear = model.prefill_s_per_token + model.prefill_s_per_pair * (context_tokens + 0.5)
+        quadratic = model.prefill_s_per_pair / 2
+        if room_s <= 0:
+            tokens = 0.0
+        elif quadratic > 0:
+            tokens = (math.sqrt(linear * linear + 4 * quadratic * room_s) - linear) / (
+                2 * quadratic)
+        else:
+            tokens = room_s / linear
+        result = int(min(max(tokens, floor), load.token_budget))
+        self._step_bound = (load, context_tokens, result)
+        return result
+
+    def token_cap(self, request: RequestView, load: LoadSnapshot) -> int:
+        """`step_prefill_tokens` at ``request``'s context: a per-step bound for
+        `StepPrefillBudget`'s ``bound``."""
+        return self.step_prefill_tokens(load, max(request.computed_tokens,
+                                                  request.cached_tokens))
 
     def _rate_and_step(self, load: LoadSnapshot) -> tuple[float, float]:
         per_step = self.prefill_per_step(load)
@@ -623,7 +670,11 @@ class SLOAdmission:
 
     def _tpot_bound_s(self, target: SLOTarget) -> float:
         """The tightest TPOT target among ``target`` and the classes decoding now."""
-        bound = target.tpot_s
+        return min(target.tpot_s, self._decoding_tpot_bound_s())
+
+    def _decoding_tpot_bound_s(self) -> float:
+        """The tightest TPOT target of the classes decoding now (with protected margins)."""
+        bound = math.inf
         classes = self._class_of
         for cls in {classes.get(rid) for rid in self.ledger.decoding_ids()}:
             other = self.slos.get(cls) if cls is not None else None

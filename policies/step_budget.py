@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import attrs
 
+from policies.protocols import TokenCapPolicy
 from policies.validators import at_least
 from policies.views import LoadSnapshot, RequestView
 
@@ -46,7 +47,8 @@ class StepPrefillBudget:
     scheduled, so the bound holds even when the scheduler schedules less.
 
     Guarantee: in a step where a protected request decodes, the chunks capped by this policy
-    total at most ``max_prefill_tokens`` minus what interactive prompts were granted before them.
+    total at most the bound (``max_prefill_tokens``, or ``bound``'s cap for the request)
+    minus what interactive prompts were granted before them.
     O(1) per call.
     """
 
@@ -56,6 +58,10 @@ class StepPrefillBudget:
     """Requests with priority at most this are protected; ``None``: every request."""
     interactive_prompt_tokens: int = attrs.field(default=1024, validator=at_least(0))
     """A prefill chunk with at most this many prompt tokens left is never capped."""
+    bound: TokenCapPolicy | None = None
+    """Where the step's bound comes from instead of ``max_prefill_tokens``: its ``token_cap``
+    for the request being capped (`SLOAdmission.token_cap`, the bound its TPOT targets
+    allow on the learned step model)."""
 
     _decoding: set[str] = attrs.field(init=False, factory=set, repr=False)
     _step: LoadSnapshot | None = attrs.field(init=False, default=None, repr=False)
@@ -80,7 +86,9 @@ class StepPrefillBudget:
         if remaining <= self.interactive_prompt_tokens:
             self._granted += remaining
             return None
-        cap = max(self.max_prefill_tokens - self._granted, 0)
+        limit = (self.max_prefill_tokens if self.bound is None
+                 else self.bound.token_cap(request, load))
+        cap = max(limit - self._granted, 0)
         self._granted += min(cap, remaining)
         if cap < remaining:
             self._capped += 1

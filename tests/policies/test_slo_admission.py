@@ -342,3 +342,29 @@ def test_a_learned_model_predicts_tpot_from_the_steps_it_measured():
     after = admission.predict_tpot_s(request, load(running=8))
     assert after == pytest.approx(learned.recent_step_s + learned.model.decode_s(2000))
     assert after < before
+
+
+def test_the_step_bound_follows_the_tpot_of_the_classes_decoding():
+    model = StepTimeModel(base_s=0.01, decode_s_per_seq=0.0, prefill_s_per_token=1e-5,
+                          prefill_s_per_pair=1e-9)
+    admission = policy(step_model=model, tpot_step_bound=True, max_prefill_tokens_per_step=256,
+                       tpot_headroom=1.0)
+    assert admission.step_prefill_tokens(load(running=1), 0) == 8192, "nothing decodes"
+    for rid, cls in (("b", "bronze"), ("g", "gold")):
+        request = view(rid, 100, slo_class=cls)
+        admission.on_admitted(request, 0.0)
+        admission.ledger.on_admitted(request, 0.0)
+        admission.ledger.on_scheduled(request, 100, 0.0)  # decoding now
+        step = load(running=1)
+        tokens = admission.step_prefill_tokens(step, 0)
+        room = SLOS[cls].tpot_s - model.step_s(1, 0, admission.ledger.decoding_context_tokens)
+        assert model.step_s(1, tokens, admission.ledger.decoding_context_tokens) <= (
+            SLOS[cls].tpot_s + 1e-9)
+        assert tokens == min(8192, int(room / 1e-5)) or tokens < room / 1e-5
+        deep = admission.step_prefill_tokens(step, 20_000)
+        assert 256 <= deep < tokens, "a chunk deep in a context costs more per token"
+    tight = view("t", 100, slo_class="tight")  # 10 ms: no room beside a 10 ms base
+    admission.on_admitted(tight, 0.0)
+    admission.ledger.on_admitted(tight, 0.0)
+    admission.ledger.on_scheduled(tight, 100, 0.0)
+    assert admission.step_prefill_tokens(load(running=1), 0) == 256, "the floor"

@@ -19,7 +19,8 @@ Declared in plain vLLM flags as ``llm_serving_policies.slo`` (every key optional
 - ``protected``: classes whose TPOT every step keeps with a margin (`PROTECTED_HEADROOM`)
   while one of theirs decodes;
 - ``demotions``: class -> the lower class its tenants accept instead of a rejection;
-- ``max_prefill_tokens_per_step``: prefill tokens a step carries while requests decode;
+- ``min_prefill_tokens_per_step``: the fewest prefill tokens a step carries while requests
+  decode (more where the TPOT targets of the classes decoding allow, on the learned model);
 - ``step_model_prior``: `StepTimeModel` fields, the online step model's starting point (a
   profile measured on the GPU; default `CONSERVATIVE_PRIOR`).
 
@@ -73,10 +74,11 @@ FEEDBACK_WINDOW = 200
 MAX_HEADROOM = 1.5
 """The feedback may plan up to 1.5x the target when first tokens keep coming that much earlier
 than predicted (a pessimistic model): the bound on how far it trusts the correction."""
-STEP_PREFILL_TOKENS = 1024
-"""Prefill tokens per step while requests decode (Sarathi-style chunks)."""
+STEP_PREFILL_TOKENS = 512
+"""The fewest prefill tokens a step carries while requests decode (prefill keeps moving even
+when a TPOT target leaves no room on the model)."""
 _KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "demotions",
-         "max_prefill_tokens_per_step", "step_model_prior")
+         "min_prefill_tokens_per_step", "step_model_prior")
 
 
 def _error(path: str, message: str) -> PipelineConfigError:
@@ -119,7 +121,7 @@ class SLOSpec:
     by_prompt_tokens: tuple[tuple[int | None, str], ...] = DEFAULT_BY_PROMPT_TOKENS
     protected: frozenset[str] = frozenset()
     demotions: Mapping[str, str] = attrs.field(factory=dict)
-    max_prefill_tokens_per_step: int = STEP_PREFILL_TOKENS
+    min_prefill_tokens_per_step: int = STEP_PREFILL_TOKENS
     step_model_prior: StepTimeModel = CONSERVATIVE_PRIOR
 
     @classmethod
@@ -160,14 +162,14 @@ class SLOSpec:
         demotions = {_known("demotions", name, classes):
                      _known(f"demotions.{name}", lower, classes)
                      for name, lower in _mapping("demotions", entry.get("demotions", {})).items()}
-        step_tokens = entry.get("max_prefill_tokens_per_step", STEP_PREFILL_TOKENS)
+        step_tokens = entry.get("min_prefill_tokens_per_step", STEP_PREFILL_TOKENS)
         if isinstance(step_tokens, bool) or not isinstance(step_tokens, int) or step_tokens < 1:
-            raise _error("max_prefill_tokens_per_step",
+            raise _error("min_prefill_tokens_per_step",
                          f"must be a positive integer, got {step_tokens!r}")
         return cls(classes=classes, tenants=tenants, by_prompt_tokens=by_length,
                    protected=frozenset(_known(f"protected[{i}]", name, classes)
                                        for i, name in enumerate(protected)),
-                   demotions=demotions, max_prefill_tokens_per_step=step_tokens,
+                   demotions=demotions, min_prefill_tokens_per_step=step_tokens,
                    step_model_prior=_prior(entry.get("step_model_prior")))
 
 
@@ -207,9 +209,11 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     prefill bound, predicting with a step-time model learned online from the engine.
 
     - ranking: `TTFTDeadlineRanker`: prefill earliest first-token deadline first;
-    - rate: `StepPrefillBudget` (``max_prefill_tokens_per_step`` while anything decodes, so
-      steps, and TPOT, stay short) and `PrefillLedger` (every admitted request's remaining
-      prefill, less its own prefix-cache hit looked up on arrival);
+    - rate: `StepPrefillBudget`, bounded by `SLOAdmission.step_prefill_tokens` while
+      anything decodes (as many prefill tokens as keep the step within the tightest TPOT of
+      the classes decoding, on the learned model, at least ``min_prefill_tokens_per_step``),
+      and `PrefillLedger` (every admitted request's remaining prefill, less its own
+      prefix-cache hit looked up on arrival);
     - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
       TPOT check against the tightest class decoding;
     - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
@@ -223,13 +227,14 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     model = OnlineStepTimeModel(prior=spec.step_model_prior)
     admission = SLOAdmission(
         slos=classes, ledger=ledger, step_model=model,
-        max_prefill_tokens_per_step=spec.max_prefill_tokens_per_step, headroom=HEADROOM,
+        max_prefill_tokens_per_step=spec.min_prefill_tokens_per_step, tpot_step_bound=True,
+        headroom=HEADROOM,
         tpot_headroom=HEADROOM, demotions=dict(spec.demotions), length_classes=lengths,
         tenant_classes=dict(spec.tenants), protected_classes=spec.protected,
         protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW,
         max_headroom=MAX_HEADROOM)
-    budget = StepPrefillBudget(max_prefill_tokens=spec.max_prefill_tokens_per_step,
-                               interactive_prompt_tokens=0)
+    budget = StepPrefillBudget(max_prefill_tokens=spec.min_prefill_tokens_per_step,
+                               interactive_prompt_tokens=0, bound=admission)
     return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
                                                tenant_classes=dict(spec.tenants)),
                     rate=TokenCaps(policies=(budget, ledger)), admission=admission,

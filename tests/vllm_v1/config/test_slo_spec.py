@@ -30,12 +30,12 @@ def test_a_declaration_reaches_admission_and_ranking():
                     "tenants": {"acme": "batch"}, "by_prompt_tokens": [[1000, "chat"],
                                                                       [None, "batch"]],
                     "protected": ["chat"], "demotions": {"chat": "batch"},
-                    "max_prefill_tokens_per_step": 512,
+                    "min_prefill_tokens_per_step": 256,
                     "step_model_prior": {"base_s": 0.005, "decode_s_per_seq": 0.0,
                                          "prefill_s_per_token": 3e-5}})
     admission = slo.admission
     assert admission.protected_classes == {"chat"} and admission.demotions == {"chat": "batch"}
-    assert admission.max_prefill_tokens_per_step == 512
+    assert admission.max_prefill_tokens_per_step == 256 and admission.tpot_step_bound
     assert slo.step_model.model == StepTimeModel(base_s=0.005, decode_s_per_seq=0.0,
                                                  prefill_s_per_token=3e-5)
     short = RequestView(request_id="a", arrival_s=0.0, prompt_tokens=100)
@@ -61,7 +61,7 @@ def test_a_declaration_reaches_admission_and_ranking():
     ({"protected": "gold"}, "protected must be a list of class names"),
     ({"protected": ["nope"]}, r"protected\[0\] names class 'nope'"),
     ({"demotions": {"gold": "nope"}}, "demotions.gold names class 'nope'"),
-    ({"max_prefill_tokens_per_step": 0}, "max_prefill_tokens_per_step must be a positive"),
+    ({"min_prefill_tokens_per_step": 0}, "min_prefill_tokens_per_step must be a positive"),
     ({"step_model_prior": {"base_s": 1}}, "step_model_prior is not a StepTimeModel"),
 ])
 def test_every_mistake_names_its_field(slo, message):
