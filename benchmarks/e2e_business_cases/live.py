@@ -48,6 +48,7 @@ from benchmarks.e2e_business_cases.workload import (
     business_workload,
 )
 from benchmarks.replay.records import SystemRun
+from benchmarks.replay.step_model_convergence import plot as plot_step_model
 from benchmarks.replay.systems import QUEUE_CAPS, QueueCaps
 from integrations.vllm_v1.instruments.step_log import step_log_server_args
 from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
@@ -211,8 +212,8 @@ def scrape_step_model(url: str) -> dict[str, float]:
     for line in text.splitlines():
         if line.startswith(STEP_MODEL_METRICS):
             name, _, value = line.rpartition(" ")
-            key = ("p50" if 'quantile="0.5"' in name else "p99" if 'quantile="0.99"' in name
-                   else "observations")
+            key = ("relative_error_p50" if 'quantile="0.5"' in name
+                   else "relative_error_p99" if 'quantile="0.99"' in name else "observations")
             values[key] = float(value)
     return values
 
@@ -340,6 +341,11 @@ def write_live(summary: dict, out: Path) -> None:
     header = ("Live run: tiny CPU model over HTTP, client-side times; only the relative "
               "behaviour of the systems means anything.\n\n")
     (out / "live_report.md").write_text(header + markdown_report(summary) + "\n")
+    for system, timings in summary["live"]["systems"].items():
+        points = [p for p in timings.get("step_model", ()) if "relative_error_p50" in p]
+        if points:
+            plot_step_model(points, out / f"step_model_{system}.png",
+                            f"online step model, live CPU engine ({system}), wall time")
 
 
 def main_live(out: Path, *, quick: bool, seed: int, systems: Sequence[str]) -> dict:

@@ -44,13 +44,14 @@ def sample(harness, points: list[dict], every_s: float) -> None:
 
 
 def plot(points: list[dict], path: Path, title: str) -> None:
-    """Relative error p50 and p99 against virtual time (log scale)."""
+    """Relative error p50 and p99 against time (log scale): ``points`` with ``time_s`` and
+    ``relative_error_p50`` / ``relative_error_p99``, from a replay or a live ``/metrics``."""
     shown = [p for p in points if p["relative_error_p50"] is not None]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for key, label in (("relative_error_p50", "p50"), ("relative_error_p99", "p99")):
         ax.plot([p["time_s"] for p in shown], [p[key] for p in shown], label=label)
     ax.set_yscale("log")
-    ax.set_xlabel("virtual time (s)")
+    ax.set_xlabel("time (s)")
     ax.set_ylabel("|predicted - measured| / measured")
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
