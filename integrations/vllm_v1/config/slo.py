@@ -42,6 +42,8 @@ import attrs
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import (
+    PRIORITY_MAX,
+    KVWatermarks,
     OnlineStepTimeModel,
     PrefillLedger,
     SLOAdmission,
@@ -214,11 +216,11 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
       prefix-cache hit looked up on arrival);
     - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
       TPOT check against the tightest class decoding;
-    - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step.
-
-    No KV watermarks: admission weighs the KV cache itself (`SLOAdmission.kv_ready_s`), and a
-    usage band on top refused requests that admission had found room for (306 of 4,000 on
-    ``azure-conv`` x4).
+    - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
+    - watermarks: the KV red band only. Admission weighs the KV cache itself
+      (`SLOAdmission.kv_ready_s`), but the band reacts to usage at once and still pays: on
+      ``azure-conv`` x4 without it, goodput fell from 16.62 to 14.81 req/s and admitted
+      attainment from 99.1 % to 98.2 %.
     """
     spec = spec or SLOSpec()
     classes = dict(spec.classes)
@@ -239,4 +241,4 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
                                                tenant_classes=dict(spec.tenants)),
                     rate=TokenCaps(policies=(budget, ledger)), admission=admission,
-                    step_model=model)
+                    step_model=model, watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1))
