@@ -196,8 +196,9 @@ class _Replay:
                     record.finish("completed", now)
         if self.fast is not None:
             started = any(req_id not in running_before for req_id in scheduled)
-            self.stable = self.fast.next_decodes(started=started, finished=finished,
-                                                 preempted=bool(output.preempted_req_ids))
+            self.stable = self.fast.next_decodes(
+                started=started, finished=finished, preempted=bool(output.preempted_req_ids),
+                saturated=sum(scheduled.values()) >= scheduler.max_num_scheduled_tokens)
 
     def fast_forward(self, fast: FastForward, until_s: float) -> int:
         """Play the pure-decode steps that can be skipped from now; returns how many."""

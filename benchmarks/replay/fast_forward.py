@@ -105,8 +105,8 @@ class FastForward:
         """Whether this harness can be fast-forwarded at all."""
         return self.reason is None
 
-    def next_decodes(self, *, started: bool, preempted: bool, finished: bool
-                     ) -> tuple[str, ...] | None:
+    def next_decodes(self, *, started: bool, preempted: bool, finished: bool,
+                     saturated: bool) -> tuple[str, ...] | None:
         """After a real step: the requests the next step decodes, in service order, if it
         is predictably a plain decode of every running request; else None.
 
@@ -114,6 +114,8 @@ class FastForward:
         preempted one; ``finished``: a request finished in it (its blocks were freed after
         the waiting queue was looked at). A pipeline that sorts the running list sorted it at the start of
         this step, so the order holds unless a request was appended since (``started``).
+        ``saturated``: the step used its whole token budget, so a waiting head it left may
+        not have been refused KV blocks at all.
         """
         scheduler = self.harness.scheduler
         if preempted or (started and self._reorders):
@@ -125,14 +127,15 @@ class FastForward:
             computed = request.num_computed_tokens
             if request.num_tokens != computed + 1 or computed < request.num_prompt_tokens:
                 return None  # a prefill chunk left, or not a plain one-token decode
-        if not self._queue_is_inert(started or finished):
+        if not self._queue_is_inert(started or finished or saturated):
             return None
         return tuple(request.request_id for request in running)
 
     def _queue_is_inert(self, changed: bool) -> bool:
         """Whether no waiting request can start in the coming steps: the queue is empty,
         the running list is full, or the head was refused KV blocks in the last step and
-        stays refused (``changed``: the last step started or freed something, so it may not)."""
+        stays refused (``changed``: the last step started or freed something, or ran out of
+        token budget before the head, so it may not)."""
         scheduler = self.harness.scheduler
         running, waiting = scheduler.get_request_counts()
         if not waiting:

@@ -293,10 +293,6 @@ class EvictionHook(SchedulerHook):
         self._turns = order if isinstance(order, SessionHints) else None
         self._session_of: dict[str, Hashable] = {}
         """Request id -> its session (session pins), from admission to its finish."""
-        self._now = 0.0
-
-    def before_schedule(self, now: float) -> None:
-        self._now = now
 
     def on_admitted(self, request: Any, tenant: str) -> None:
         self.queue.observe_request(request, tenant)  # cache versioning: the prompt's root
@@ -304,7 +300,8 @@ class EvictionHook(SchedulerHook):
             session_id = (request.session_id
                           or self._scheduler.tracked_metadata(request).session_id)
             if self._turns.wants_turn(session_id):
-                session = self._turns.turn_started(session_id, _block_keys(request), self._now)
+                session = self._turns.turn_started(session_id, _block_keys(request),
+                                                   self._scheduler.clock())
                 if session is not None:
                     self._session_of[request.request_id] = session
 
@@ -321,7 +318,7 @@ class EvictionHook(SchedulerHook):
             yield
             session = self._session_of.pop(request.request_id, None)
             if session is not None:  # session pins: keep the turn's blocks for the next one
-                self._turns.turn_finished(session, _block_keys(request), self._now)
+                self._turns.turn_finished(session, _block_keys(request), self._scheduler.clock())
 
     def refresh_metrics(self, metrics: Any) -> None:
         if self._stats is not None:
