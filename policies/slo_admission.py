@@ -481,8 +481,9 @@ class SLOAdmission:
                                                                       repr=False)
     _errors: deque[float] = attrs.field(init=False, factory=deque, repr=False)
     _headroom_now: float = attrs.field(init=False, default=0.0, repr=False)
-    _step_bound: tuple[LoadSnapshot, int, int] | None = attrs.field(init=False, default=None,
-                                                                   repr=False)
+    _step_bound: tuple[LoadSnapshot, float, StepTimeModel] | None = attrs.field(
+        init=False, default=None, repr=False)
+    """This step's prefill room and the model it was priced on (`_step_room`)."""
     """Admitted request id -> the class it is judged by (its TPOT binds while it decodes)."""
 
     reads_prefix_hits: ClassVar[bool] = True
@@ -535,17 +536,9 @@ class SLOAdmission:
         decodes; never fewer than ``max_prefill_tokens_per_step`` (the floor that keeps
         prefill moving; 1 when None)."""
         floor = min(self.max_prefill_tokens_per_step or 1, load.token_budget)
-        if self.ledger.decoding_context_tokens == 0 and not any(self.ledger.decoding_ids()):
+        room_s, model = self._step_room(load)
+        if room_s == math.inf:
             return load.token_budget
-        cached = self._step_bound
-        if cached is not None and cached[0] is load and cached[1] == context_tokens:
-            return cached[2]
-        budget_s = self.tpot_headroom * self._decoding_tpot_bound_s()
-        if budget_s == math.inf:
-            return load.token_budget
-        model = getattr(self.step_model, "model", self.step_model)
-        room_s = budget_s - model.step_s(load.running_requests, 0,
-                                         self.ledger.decoding_context_tokens)
         linear = model.prefill_s_per_token + model.prefill_s_per_pair * (context_tokens + 0.5)
         quadratic = model.prefill_s_per_pair / 2
         if room_s <= 0:
@@ -555,9 +548,21 @@ class SLOAdmission:
                 2 * quadratic)
         else:
             tokens = room_s / linear
-        result = int(min(max(tokens, floor), load.token_budget))
-        self._step_bound = (load, context_tokens, result)
-        return result
+        return int(min(max(tokens, floor), load.token_budget))
+
+    def _step_room(self, load: LoadSnapshot) -> tuple[float, StepTimeModel]:
+        """Seconds a step of ``load`` has for prefill beside its decodes (``inf`` when nothing
+        with a TPOT target decodes) and the model it was priced on; once per step, for every
+        prefill request's cap in it."""
+        cached = self._step_bound
+        if cached is not None and cached[0] is load:
+            return cached[1], cached[2]
+        model = getattr(self.step_model, "model", self.step_model)
+        room_s = self.tpot_headroom * self._decoding_tpot_bound_s()
+        if room_s != math.inf:
+            room_s -= model.step_s(load.running_requests, 0, self.ledger.decoding_context_tokens)
+        self._step_bound = (load, room_s, model)
+        return room_s, model
 
     def token_cap(self, request: RequestView, load: LoadSnapshot) -> int:
         """`step_prefill_tokens` at ``request``'s context: a per-step bound for
