@@ -20,6 +20,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import RequestStatus
 
+from benchmarks.overhead import ADMIT_ALL_SLO
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.presets import PRESETS, preset
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
@@ -35,11 +36,6 @@ CASES: tuple[tuple[str, str], ...] = (
 )
 """(preset or ``stock``, vLLM scheduling policy) of every scheduler under test."""
 CASE_IDS = tuple(name if policy == "fcfs" else f"{name}+{policy}" for name, policy in CASES)
-LENIENT_SLO = {"classes": {"any": {"ttft_s": 3600.0, "tpot_s": 60.0}},
-               "by_prompt_tokens": [[None, "any"]]}
-"""The ``slo`` preset's declaration here: targets no request misses, so that every request
-is admitted and the lifecycle checks see the whole load (ranking, ledger and step model all
-run; what admission refuses is `tests/policies/test_slo_admission.py`'s)."""
 TENANTS = ("t0", "t2", "t5")
 """Gold, Silver and Bronze in `TENANT_WEIGHTS`."""
 
@@ -50,7 +46,7 @@ def build(case: tuple[str, str], *, is_async: bool, shape: EngineShape,
     with `ScriptedConnector` as its KV connector."""
     name, policy = case
     pipeline = None if name == STOCK else preset(name, TENANT_WEIGHTS,
-                                                 slo=LENIENT_SLO if name == "slo" else None)
+                                                 slo=ADMIT_ALL_SLO if name == "slo" else None)
     cls = ((AsyncPolicyScheduler if pipeline else AsyncScheduler) if is_async else None)
     scheduler = build_scheduler(shape, pipeline, policy, cls)
     if connector is None:
