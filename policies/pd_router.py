@@ -12,6 +12,10 @@ which generates the rest. `PDRouter` chooses both instances:
   ``(1 + balance_epsilon) * mean + load_slack_tokens`` over its healthy pool, so
   a hot prefix cannot pile every request onto one instance. Among eligible
   instances the longest cached prefix wins, then the lower load score.
+- **Session affinity**: a request with a ``session_id`` goes back to the instance
+  that served its session's previous turn (which holds its context) while that
+  instance's load score is at most the bound plus ``session_slack_tokens``: a
+  bounded overload penalty, past which the session moves (and stays) elsewhere.
 - **Power-of-``choices``**: optionally score only ``choices`` random instances (plus
   the one with the longest cached prefix) instead of the whole pool.
 - **Short suffix skips the prefill pool**: when the chosen decode instance lacks
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import enum
 import random
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -69,6 +73,8 @@ class RouteReason(enum.Enum):
 
     AFFINITY = "affinity"
     """It holds the longest cached prefix among the instances within the load bound."""
+    SESSION = "session"
+    """It served the session's previous turn and is within the load bound plus the session slack."""
     SPILLOVER = "spillover"
     """A longer prefix sits on an instance over the load bound (or down); this one is next best."""
     LEAST_LOADED = "least_loaded"
@@ -223,12 +229,13 @@ class _IndexedRouter:
 
 @attrs.define(eq=False, kw_only=True)
 class RoundRobinRouter(_RouterBase):
-    """Each pool in turn, skipping instances that are down; ignores load and prefixes."""
+    """Each pool in turn, skipping instances that are down; ignores load, prefixes, sessions."""
 
     _turn: Counter[str] = attrs.field(init=False, repr=False, factory=Counter)
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[Hashable] = (),
-              loads: Mapping[str, InstanceLoad] | None = None) -> RouteDecision:
+              loads: Mapping[str, InstanceLoad] | None = None, *,
+              session_id: str | None = None) -> RouteDecision:
         """The next healthy prefill and decode instance (prefill None when none is healthy)."""
         decode = self._next("decode", self._healthy(self.decode))
         if decode is None:
@@ -249,7 +256,7 @@ class RoundRobinRouter(_RouterBase):
 
 @attrs.define(eq=False, kw_only=True)
 class LeastLoadedRouter(_RouterBase):
-    """The healthy instance with the lowest load score in each pool; ignores prefixes.
+    """The healthy instance with the lowest load score in each pool; ignores prefixes, sessions.
 
     Ties go to the earlier instance in its pool.
     """
@@ -268,7 +275,8 @@ class LeastLoadedRouter(_RouterBase):
                 + self.kv_weight_tokens * load.kv_usage)
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[Hashable] = (),
-              loads: Mapping[str, InstanceLoad] | None = None) -> RouteDecision:
+              loads: Mapping[str, InstanceLoad] | None = None, *,
+              session_id: str | None = None) -> RouteDecision:
         """The least-loaded healthy instance of each pool (``loads`` must cover them)."""
         decode = self._least(self._healthy(self.decode), loads or {})
         if decode is None:
@@ -303,10 +311,12 @@ class PDRouter(_IndexedRouter, LeastLoadedRouter):
     Guarantees, for each pool: a down instance is never chosen while a healthy
     one exists; the chosen instance's load score is within the bound
     ``(1 + balance_epsilon) * mean + load_slack_tokens`` (the mean over the
-    pool's healthy instances); among the considered instances within the bound
-    it holds the longest cached prefix, ties going to the lower load score, then
-    the earlier instance. Raising one instance's load never makes it chosen when
-    it was not. Deterministic given the inputs and ``rng``.
+    pool's healthy instances), or within the bound plus ``session_slack_tokens``
+    when it is the healthy instance that served the request's session's previous
+    turn (which then wins); otherwise, among the considered instances within the
+    bound it holds the longest cached prefix, ties going to the lower load score,
+    then the earlier instance. Raising one instance's load never makes it chosen
+    when it was not. Deterministic given the inputs and ``rng``.
     """
 
     block_size_tokens: int = attrs.field(validator=_positive_int)
@@ -323,8 +333,16 @@ class PDRouter(_IndexedRouter, LeastLoadedRouter):
     """Skip the prefill pool when the decode instance lacks at most this many prompt tokens."""
     index_capacity_blocks: int = attrs.field(default=100_000, validator=_positive_int)
     """Keys the prefix index keeps per instance (size it near the instance's KV blocks)."""
+    session_slack_tokens: float = attrs.field(default=8192.0, validator=finite_non_negative)
+    """How far above the load bound a session's previous instance stays its choice (the
+    bounded overload penalty of keeping a session's context where it is)."""
+    session_capacity: int = attrs.field(default=100_000, validator=_positive_int)
+    """Sessions remembered (least recently routed forgotten first)."""
     _index: PrefixIndex = attrs.field(init=False, repr=False)
     _members: dict[tuple[str, ...], frozenset[str]] = attrs.field(init=False, repr=False)
+    _homes: OrderedDict[str, dict[tuple[str, ...], str]] = attrs.field(
+        init=False, repr=False, factory=OrderedDict)
+    """Session -> pool -> the instance that served its last turn in that pool."""
 
     @choices.validator
     def _check_choices(self, attribute: attrs.Attribute, value: int | None) -> None:
@@ -341,41 +359,74 @@ class PDRouter(_IndexedRouter, LeastLoadedRouter):
         super().mark_up(name)
         if cache_lost:
             self._index.clear(name)
+            for homes in self._homes.values():
+                for pool in [pool for pool, home in homes.items() if home == name]:
+                    del homes[pool]
+
+    def check_invariants(self) -> None:
+        """Counters add up; the index is consistent; sessions within capacity, homed in their
+        pools."""
+        super().check_invariants()
+        assert len(self._homes) <= self.session_capacity
+        assert all(home in pool for homes in self._homes.values()
+                   for pool, home in homes.items())
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[Hashable] = (),
-              loads: Mapping[str, InstanceLoad] | None = None) -> RouteDecision:
+              loads: Mapping[str, InstanceLoad] | None = None, *,
+              session_id: str | None = None) -> RouteDecision:
         """Choose a decode instance, then a prefill instance unless the uncached suffix is short.
 
         ``block_keys`` are chained keys of the prompt's full blocks (see `chain_keys`);
-        ``loads`` must cover every healthy instance. Both chosen instances are
-        recorded as holding the prompt's blocks.
+        ``loads`` must cover every healthy instance; ``session_id`` names the agent
+        session (conversation) the request is a turn of, if any. Both chosen
+        instances are recorded as holding the prompt's blocks and, with a
+        ``session_id``, as the session's instances.
         """
         loads = loads or {}
         matched = self._index.match(block_keys)
-        decode, decode_reason = self._pick(self.decode, loads, matched)
+        homes = self._session_homes(session_id)
+        decode, decode_reason = self._pick(self.decode, loads, matched, homes.get(self.decode))
         if decode is None:
             return self._count(self._unavailable(request_id))
         decode_blocks = matched.get(decode, 0)
         uncached = prompt_tokens - decode_blocks * self.block_size_tokens
         prefill, prefill_reason = None, RouteReason.SHORT_SUFFIX
         if uncached > self.skip_prefill_max_tokens:
-            prefill, prefill_reason = self._pick(self.prefill, loads, matched)
+            prefill, prefill_reason = self._pick(self.prefill, loads, matched,
+                                                 homes.get(self.prefill))
             prefill_reason = prefill_reason or RouteReason.NO_PREFILL_INSTANCE
         self._index.insert((decode, prefill) if prefill is not None else (decode,), block_keys)
+        if session_id is not None:
+            homes[self.decode] = decode
+            if prefill is not None:
+                homes[self.prefill] = prefill
         return self._count(RouteDecision(
             request_id=request_id, prefill=prefill, decode=decode,
             prefill_reason=prefill_reason, decode_reason=decode_reason,
             prefill_cached_blocks=matched.get(prefill, 0) if prefill else 0,
             decode_cached_blocks=decode_blocks))
 
+    def _session_homes(self, session_id: str | None) -> dict[tuple[str, ...], str]:
+        """The session's instances per pool (a fresh, unremembered dict without a session)."""
+        if session_id is None:
+            return {}
+        homes = self._homes.pop(session_id, {})
+        self._homes[session_id] = homes  # most recently routed last
+        while len(self._homes) > self.session_capacity:
+            self._homes.popitem(last=False)
+        return homes
+
     def _pick(self, pool: tuple[str, ...], loads: Mapping[str, InstanceLoad],
-              matched: Mapping[str, int]) -> tuple[str | None, RouteReason | None]:
+              matched: Mapping[str, int], home: str | None = None,
+              ) -> tuple[str | None, RouteReason | None]:
         healthy = self._healthy(pool)
         if not healthy:
             return None, None
         scores = self._scores(healthy, loads)
         bound = ((1 + self.balance_epsilon) * sum(scores) / len(scores)
                  + self.load_slack_tokens)
+        if home in healthy and scores[healthy.index(home)] <= bound + self.session_slack_tokens:
+            return home, RouteReason.SESSION
         considered = range(len(healthy))
         if self.choices is not None and self.choices < len(healthy):
             best = max(considered, key=lambda i: matched.get(healthy[i], 0))  # first longest

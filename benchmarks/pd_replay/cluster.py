@@ -4,7 +4,8 @@ Every instance is a `SchedulerHarness` (vLLM's own ``Scheduler`` and
 ``KVCacheManager``, no model) stepped by a discrete-event loop; each step's
 duration comes from the replay's `StepCostModel`. A request's life:
 
-1. On arrival the router picks a prefill and a decode instance from their loads.
+1. On arrival the router picks a prefill and a decode instance from their loads
+   (and the request's ``session_id``, when the trace has one).
 2. The prefill instance runs the prompt with ``max_tokens=1`` (its token is
    dropped, as in vLLM's PD protocol).
 3. The prompt's full blocks (``floor((L - 1) / block)`` of them, as vLLM's
@@ -50,7 +51,8 @@ class Router(Protocol):
     """What the cluster needs of a router (`policies.pd_router` implements it)."""
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[int],
-              loads: dict[str, InstanceLoad]) -> RouteDecision: ...
+              loads: dict[str, InstanceLoad], *,
+              session_id: str | None = None) -> RouteDecision: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -197,7 +199,8 @@ class _Cluster:
         self._tokens[req_id] = prompt_token_ids(request, index, self.trace.block_size)
         loads = {name: inst.load() for name, inst in self.instances().items()}
         decision = self.router.route(req_id, request.prompt_tokens,
-                                     chain_keys(request.block_hashes), loads)
+                                     chain_keys(request.block_hashes), loads,
+                                     session_id=request.session_id)
         if decision.decode is None:
             raise RuntimeError(f"{req_id}: no decode instance is healthy in a replay")
         self._route[req_id] = decision

@@ -25,7 +25,8 @@
 Each pool is routed on its own, as in those systems (a router per deployment or
 worker pool). What every router knows of the caches is what it sent where (a
 `PrefixIndex`, as Ray's tree and Dynamo's approximate mode without KV events);
-queue lengths and KV usage come from the `InstanceLoad` the cluster reports. The
+queue lengths and KV usage come from the `InstanceLoad` the cluster reports. None of
+them keeps sessions together (``session_id`` is accepted and ignored). The
 prompt is matched in blocks of ``block_size_tokens`` (Ray matches characters of
 the prompt text). Not modelled: Ray's ``max_ongoing_requests`` back-pressure and
 its queue-length probing delays, Dynamo's router replicas and KV-event lag.
@@ -75,7 +76,8 @@ class PowerOfTwoRouter(_RouterBase):
     rng: random.Random = attrs.field(factory=lambda: random.Random(0))
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[Hashable] = (),
-              loads: Mapping[str, InstanceLoad] | None = None) -> RouteDecision:
+              loads: Mapping[str, InstanceLoad] | None = None, *,
+              session_id: str | None = None) -> RouteDecision:
         """A decode and a prefill instance, each the shorter queue of two random draws."""
         loads = loads or {}
         decode = self._pow2(self._healthy(self.decode), loads)
@@ -130,7 +132,8 @@ class PrefixAffinityRouter(_IndexedRouter, PowerOfTwoRouter):
         self._index = PrefixIndex(capacity_blocks=self.index_capacity_blocks or _UNBOUNDED_BLOCKS)
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[Hashable] = (),
-              loads: Mapping[str, InstanceLoad] | None = None) -> RouteDecision:
+              loads: Mapping[str, InstanceLoad] | None = None, *,
+              session_id: str | None = None) -> RouteDecision:
         """Per pool: affinity or the emptiest tree while balanced, else power of two choices."""
         loads = loads or {}
         matched = self._index.match(block_keys)
@@ -211,7 +214,8 @@ class KVOverlapRouter(_IndexedRouter, _RouterBase):
         return cost
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[Hashable] = (),
-              loads: Mapping[str, InstanceLoad] | None = None) -> RouteDecision:
+              loads: Mapping[str, InstanceLoad] | None = None, *,
+              session_id: str | None = None) -> RouteDecision:
         """The cheapest decode instance, then the cheapest prefill instance."""
         loads = loads or {}
         matched = self._index.match(block_keys)

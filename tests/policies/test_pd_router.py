@@ -132,6 +132,54 @@ def test_failover_avoids_a_down_instance_and_recovers():
     assert router.index.blocks(home) == 0
 
 
+@given(history_st, cluster_loads, cluster_loads, prompt_st)
+def test_a_session_returns_home_unless_home_is_past_the_bound_plus_the_slack(
+        history, first_loads, loads, prompt):
+    router = warmed(history, first_loads)
+    keys = chain_keys(prompt)
+    home = router.route("t1", BLOCK * len(prompt) + 1, keys, first_loads, session_id="s")
+    again = router.route("t2", BLOCK * len(prompt) + 1, keys, loads, session_id="s")
+    router.check_invariants()
+    within = router.load_score(loads[home.decode]) <= (bound(router, DECODE, loads)
+                                                       + router.session_slack_tokens)
+    assert (again.decode == home.decode) is within or (
+        again.decode == home.decode and again.decode_reason is not RouteReason.SESSION)
+    if within:
+        assert again.decode_reason is RouteReason.SESSION
+    else:  # moved: the plain rule's choice, and the session's new home
+        assert router.load_score(loads[again.decode]) <= bound(router, DECODE, loads)
+        third = router.route("t3", 1, (), loads, session_id="s")
+        assert third.decode == again.decode
+
+
+def test_session_slack_keeps_a_turn_home_past_the_plain_bound_then_lets_it_go():
+    router = make_router(load_slack_tokens=0.0, session_slack_tokens=1000.0)
+    idle = {n: InstanceLoad() for n in PREFILL + DECODE}
+    home = router.route("t1", 40_000, (), idle, session_id="agent-1").decode
+    busy = {**idle, home: InstanceLoad(running_decodes=3)}  # 768 > plain bound 211
+    assert router.route("t2", 40_000, (), busy, session_id="agent-1").decode == home
+    assert router.route("other", 40_000, (), busy).decode != home  # no session: plain rule
+    hot = {**idle, home: InstanceLoad(running_decodes=6)}  # 1536 > 422 + 1000
+    moved = router.route("t3", 40_000, (), hot, session_id="agent-1")
+    assert moved.decode != home and moved.decode_reason is not RouteReason.SESSION
+    assert router.route("t4", 40_000, (), hot, session_id="agent-1").decode == moved.decode
+    router.mark_up(moved.decode, cache_lost=True)  # it restarted: the session has no home
+    assert router.route("t5", 40_000, (), idle, session_id="agent-1").decode_reason \
+        is not RouteReason.SESSION
+    router.check_invariants()
+
+
+def test_sessions_are_forgotten_least_recently_routed_first():
+    router = make_router(session_capacity=2)
+    idle = {n: InstanceLoad() for n in PREFILL + DECODE}
+    for session in ("a", "b", "a", "c"):
+        router.route(session, 10, (), idle, session_id=session)
+    router.check_invariants()
+    assert router.route("b2", 10, (), idle, session_id="b").decode_reason \
+        is not RouteReason.SESSION
+    assert router.route("c2", 10, (), idle, session_id="c").decode_reason is RouteReason.SESSION
+
+
 @settings(max_examples=50)
 @given(history_st, cluster_loads, st.integers(0, 2**32), st.sampled_from([None, 2]))
 def test_same_inputs_and_seed_give_the_same_decisions(history, loads, seed, choices):

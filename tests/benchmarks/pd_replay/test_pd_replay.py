@@ -153,9 +153,11 @@ class RecordingRouter(LeastLoadedRouter):
     """Least-loaded, remembering the loads of every call (what the cluster reported)."""
 
     seen: list = []
+    sessions: list = []
 
-    def route(self, request_id, prompt_tokens, block_keys=(), loads=None):
+    def route(self, request_id, prompt_tokens, block_keys=(), loads=None, *, session_id=None):
         self.seen.append(dict(loads))
+        self.sessions.append(session_id)
         return super().route(request_id, prompt_tokens, block_keys, loads)
 
 
@@ -168,7 +170,7 @@ def test_a_decode_instance_reports_what_was_routed_to_it_while_it_prefills(repor
                      output_tokens=4, block_hashes=tuple(range(i * 50, i * 50 + 23)))
         for i in range(4)])
     router = RecordingRouter(prefill=["p0"], decode=["d0"])
-    router.seen = []
+    router.seen, router.sessions = [], []
     run_cluster(trace, router, "burst", prefill=["p0"], decode=["d0"], prefill_shape=SHAPE,
                 decode_shape=DECODE_SHAPE, cost_model=StepCostModel.preset("h100"),
                 transfer=TransferModel(), report_assigned=report_assigned)
@@ -197,3 +199,21 @@ def test_plan_mode_replays_the_planned_split_against_colocation(tmp_path):
     assert all("C" not in w["plan"] for w in summary["windows"])  # so the ITL SLO rules it out
     assert summary["goodput_ratio_itl"] is not None
     assert (tmp_path / "out" / "plan.png").exists()
+
+
+def test_a_sessions_turns_reach_the_router_with_their_session_id():
+    trace = conversations(num=3, turns=3)
+    trace = attrs.evolve(trace, requests=[attrs.evolve(r, session_id=r.request_id.split("t")[0])
+                                          for r in trace.requests])
+    router = make_router("pd_router", PREFILL, DECODE, block_size=BLOCK, kv_blocks=4096, seed=0)
+    run_cluster(trace, router, "sessions", prefill=PREFILL, decode=DECODE, prefill_shape=SHAPE,
+                decode_shape=DECODE_SHAPE, cost_model=StepCostModel.preset("h100"),
+                transfer=TransferModel())
+    # every later turn (2 of 3 per session) went back to its session's instances
+    assert router.stats().decode_reasons["session"] == 6
+    recording = RecordingRouter(prefill=PREFILL, decode=DECODE)
+    recording.seen, recording.sessions = [], []
+    run_cluster(trace, recording, "sessions", prefill=PREFILL, decode=DECODE,
+                prefill_shape=SHAPE, decode_shape=DECODE_SHAPE,
+                cost_model=StepCostModel.preset("h100"), transfer=TransferModel())
+    assert sorted(recording.sessions) == sorted(r.session_id for r in trace.requests)
