@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from integrations.vllm_v1.pd.proxy import request_session_id
 from policies.pd_index import chain_keys
 
 
@@ -27,6 +28,8 @@ class RoutingHint:
     """Prompt length in tokens (characters / 4 when no tokenizer could be loaded)."""
     block_keys: tuple[int, ...] = attrs.field(default=(), converter=tuple)
     """Chained keys of the prompt's full blocks (see `chain_keys`)."""
+    session_id: str | None = None
+    """The agent session the request is a turn of (`request_session_id`), if it names one."""
 
 
 def block_keys(token_ids: list[int], block_size_tokens: int) -> tuple[int, ...]:
@@ -62,14 +65,16 @@ class PromptKeys:
         return cls(block_size_tokens=block_size_tokens, tokenizer=tokenizer)
 
     def hint(self, endpoint: str, body: Mapping[str, Any]) -> RoutingHint:
-        """The hint for a ``completions`` or ``chat/completions`` body (empty if it has no
-        prompt this can read: vLLM answers such a request with its own 400)."""
+        """The hint for a ``completions`` or ``chat/completions`` body (no prompt keys if it
+        has no prompt this can read: vLLM answers such a request with its own 400)."""
+        session_id = request_session_id(body)
         units, are_tokens = self.prompt_units(endpoint, body)
         if units is None:
-            return RoutingHint()
+            return RoutingHint(session_id=session_id)
         tokens = len(units) if are_tokens else len(units) // 4 + 1
         return RoutingHint(prompt_tokens=tokens,
-                           block_keys=block_keys(units, self.block_size_tokens))
+                           block_keys=block_keys(units, self.block_size_tokens),
+                           session_id=session_id)
 
     def prompt_units(self, endpoint: str, body: Mapping[str, Any]
                      ) -> tuple[list[int] | None, bool]:

@@ -9,12 +9,20 @@ with one replica, the `PDRouter`'s choice, then the rest by load:
 - **Prefix affinity**: the request's `RoutingHint` (prompt length and chained block
   keys, computed by the ingress the same way for every replica) is matched against the
   router's prefix index, which remembers where each prompt went.
-- **Load**: each replica's ``record_routing_stats`` (queued prefill tokens, running
-  requests, KV usage; pulled by the Serve controller every
-  ``request_routing_stats_period_s``), plus the requests this router chose it for since
-  those stats were taken, feed `PDRouter`'s bounded-load rule. A request counts from the
-  moment it is decided, not once Ray has dispatched it: requests arriving together then
-  see each other (otherwise all of them see the same idle pool and pick one replica).
+- **Load**: each replica's live queue length, read the way Ray Serve's default
+  power-of-two-choices router reads it (Ray's queue-length cache, which Ray updates on
+  every send, completion and replica answer; a replica without a fresh entry is probed
+  with ``get_queue_len``, the same RPC, and the cache updated), plus the requests this
+  router decided for it that Ray has not sent yet, is its request count. Beside it, the
+  replica's ``record_routing_stats`` (queued prefill tokens, KV usage; pulled by the
+  Serve controller every ``request_routing_stats_period_s``) plus the prompt tokens
+  this router sent it since those stats were taken. They feed `PDRouter`'s
+  bounded-load rule. A request counts from the moment it is decided, not once Ray has
+  dispatched it: requests arriving together then see each other. A replica whose
+  queue length cannot be read in time counts by its stats as before.
+- **Sessions**: a request whose body names an agent session (``session_id``) goes back
+  to the replica of the session's previous turn unless that replica is past the load
+  bound by more than ``session_slack_tokens`` (`PDRouter`'s session rule).
 - **Failover**: a replica that left Ray Serve's candidate set (dead, draining) is marked
   down, so it is never chosen while another is up; prompts whose longest prefix it held
   spill over (counted as failovers). Its replacement takes its slot with an empty index
@@ -28,6 +36,7 @@ the kwargs are `initialize_state`'s.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections import OrderedDict
@@ -53,11 +62,17 @@ def routing_hint(pending_request: PendingRequest | None) -> RoutingHint:
 
 
 def replica_load(stats: Mapping[str, Any], unseen_requests: int = 0,
-                 unseen_tokens: int = 0) -> InstanceLoad:
-    """`InstanceLoad` from a replica's routing stats plus requests sent after they were taken."""
+                 unseen_tokens: int = 0, live_requests: int | None = None) -> InstanceLoad:
+    """`InstanceLoad` from a replica's routing stats plus requests sent after they were taken.
+
+    ``live_requests`` (its live queue length plus undispatched decisions), when known,
+    is the request count; otherwise the stats' running requests plus ``unseen_requests``.
+    """
+    count = (live_requests if live_requests is not None
+             else max(0, int(stats.get("running_requests", 0))) + unseen_requests)
     return InstanceLoad(
         queued_prefill_tokens=max(0, int(stats.get("queued_prefill_tokens", 0))) + unseen_tokens,
-        running_decodes=max(0, int(stats.get("running_requests", 0))) + unseen_requests,
+        running_decodes=count, ongoing_requests=count,
         kv_usage=min(1.0, max(0.0, float(stats.get("kv_usage", 0.0)))))
 
 
@@ -68,7 +83,7 @@ class PDRequestRouter(RequestRouter):
                          balance_epsilon: float = 0.1, load_slack_tokens: float = 1024.0,
                          decode_weight_tokens: float = 256.0, kv_weight_tokens: float = 8192.0,
                          choices: int | None = None, index_capacity_blocks: int = 100_000,
-                         seed: int = 0) -> None:
+                         session_slack_tokens: float = 8192.0, seed: int = 0) -> None:
         """Ray Serve calls this with ``request_router_kwargs``; `PDRouter`'s parameters
         (validated by it) plus ``deployment``, the label of this router's metrics."""
         self._label = deployment or self.app_name
@@ -77,7 +92,8 @@ class PDRequestRouter(RequestRouter):
                               load_slack_tokens=load_slack_tokens,
                               decode_weight_tokens=decode_weight_tokens,
                               kv_weight_tokens=kv_weight_tokens, choices=choices,
-                              index_capacity_blocks=index_capacity_blocks)
+                              index_capacity_blocks=index_capacity_blocks,
+                              session_slack_tokens=session_slack_tokens)
         self._seed = seed
         self._router = self._new_router(("slot0",))
         self._slots: dict[str, str] = {}
@@ -116,7 +132,27 @@ class PDRequestRouter(RequestRouter):
         metrics.ROUTER_REPLICAS.labels(self._label, "down").set(
             len(self._router.decode) - len(self._slots))
 
-    def _loads(self, candidates: list[RunningReplica]) -> dict[str, InstanceLoad]:
+    async def _queue_lens(self, candidates: list[RunningReplica]) -> dict[str, int]:
+        """Each candidate's live queue length: Ray's cache, else a probe (as pow2's);
+        replicas that did not answer within Ray's probe deadline are left out."""
+        cache = self.replica_queue_len_cache
+        known = {r.replica_id.unique_id: cache.get(r.replica_id) for r in candidates}
+        missing = [r for r in candidates if known[r.replica_id.unique_id] is None]
+        if missing:
+            deadline_s = self.queue_len_response_deadline_s
+            probes = [asyncio.ensure_future(r.get_queue_len(deadline_s=deadline_s))
+                      for r in missing]
+            done, pending = await asyncio.wait(probes, timeout=deadline_s)
+            for probe in pending:
+                probe.cancel()
+            for replica, probe in zip(missing, probes, strict=True):
+                if probe in done and probe.exception() is None:
+                    cache.update(replica.replica_id, probe.result())
+                    known[replica.replica_id.unique_id] = probe.result()
+        return {name: length for name, length in known.items() if length is not None}
+
+    def _loads(self, candidates: list[RunningReplica],
+               queue_lens: Mapping[str, int]) -> dict[str, InstanceLoad]:
         loads = {}
         for replica in candidates:
             name = replica.replica_id.unique_id
@@ -126,7 +162,10 @@ class PDRequestRouter(RequestRouter):
             for stale in [rid for rid, (sent, _) in inflight.items() if sent < taken_at]:
                 del inflight[stale]  # in the stats now (or never dispatched: forgotten)
             unseen = [tokens for _sent, tokens in inflight.values()]
-            loads[self._slots[name]] = replica_load(stats, len(unseen), sum(unseen))
+            live = queue_lens.get(name)
+            if live is not None:  # plus what Ray has not sent yet (decided since the stats)
+                live += sum(rid in self._pending for rid in inflight)
+            loads[self._slots[name]] = replica_load(stats, len(unseen), sum(unseen), live)
         return loads
 
     # -- Ray Serve's interface ------------------------------------------------------
@@ -138,9 +177,11 @@ class PDRequestRouter(RequestRouter):
             return []
         self._sync_pool(candidate_replicas)
         by_name = {r.replica_id.unique_id: r for r in candidate_replicas}
-        loads = self._loads(candidate_replicas)
         request_id = pending_request.metadata.internal_request_id if pending_request else ""
-        remembered = self._pending.get(request_id) if request_id else None
+        remembered = self._pending.pop(request_id, None) if request_id else None
+        loads = self._loads(candidate_replicas, await self._queue_lens(candidate_replicas))
+        if remembered is not None:
+            self._pending[request_id] = remembered
         if remembered is not None and remembered[0] in by_name:
             chosen = remembered[0]
         else:
@@ -152,7 +193,8 @@ class PDRequestRouter(RequestRouter):
 
     def _decide(self, request_id: str, hint: RoutingHint,
                 loads: Mapping[str, InstanceLoad]) -> str:
-        decision = self._router.route(request_id, hint.prompt_tokens, hint.block_keys, loads)
+        decision = self._router.route(request_id, hint.prompt_tokens, hint.block_keys, loads,
+                                      session_id=hint.session_id)
         chosen = next(name for name, slot in self._slots.items() if slot == decision.decode)
         metrics.ROUTER_DECISIONS.labels(self._label, decision.decode_reason.value).inc()
         failovers = self._router.stats().failovers

@@ -2,7 +2,8 @@
 
 `PDProxy` serves ``/v1/completions`` and ``/v1/chat/completions`` (streaming or
 not). Per request it asks a router (`policies.pd_router.PDRouter` or a baseline)
-for a prefill and a decode instance, then speaks vLLM's ``kv_transfer_params``
+for a prefill and a decode instance (passing the request's session, see
+`request_session_id`: `PDRouter` keeps a session's turns together), then speaks vLLM's ``kv_transfer_params``
 protocol: the prefill instance gets the request with ``max_tokens=1``, no stream
 and ``kv_transfer_params={"do_remote_decode": true, ...}``; the decode instance
 gets the original request plus the ``kv_transfer_params`` the prefill answer
@@ -37,6 +38,7 @@ import attrs
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from policies.metadata import NAME_PATTERN
 from policies.pd_router import InstanceLoad, RouteDecision, chain_keys
 
 CHARS_PER_TOKEN = 4
@@ -100,6 +102,17 @@ def prefill_request(body: dict) -> dict:
     if "max_completion_tokens" in request:
         request["max_completion_tokens"] = 1
     return request
+
+
+def request_session_id(body: Mapping[str, Any]) -> str | None:
+    """The agent session a request body names: vLLM's own ``session_id`` field, else
+    ``vllm_xargs.session_id``; None when neither is a valid name (routing then ignores it)."""
+    xargs = body.get("vllm_xargs")
+    for value in (body.get("session_id"), xargs.get("session_id") if isinstance(xargs, dict)
+                  else None):
+        if isinstance(value, str) and NAME_PATTERN.fullmatch(value):
+            return value
+    return None
 
 
 def prompt_units(body: dict, endpoint: str) -> list:
@@ -234,7 +247,8 @@ class PDProxy:
             len(units) // CHARS_PER_TOKEN + 1)
         response, outcome = None, "failed"
         for attempt in range(self.max_attempts):
-            decision = self._route(f"pd-{next(self._ids)}", tokens, keys)
+            decision = self._route(f"pd-{next(self._ids)}", tokens, keys,
+                                   request_session_id(body))
             if decision.decode is None:
                 response, outcome = _error(503, "no decode instance is healthy",
                                            "service_unavailable"), "unavailable"
@@ -254,12 +268,13 @@ class PDProxy:
         self._metrics.requests.labels(endpoint, outcome).inc()
         return response
 
-    def _route(self, request_id: str, tokens: int, keys: list[int]) -> RouteDecision:
+    def _route(self, request_id: str, tokens: int, keys: list[int],
+               session_id: str | None) -> RouteDecision:
         loads = {name: InstanceLoad(queued_prefill_tokens=self._prefill_tokens.get(name, 0))
                  for name in self.prefill_urls}
         loads.update({name: InstanceLoad(running_decodes=self._decodes.get(name, 0))
                       for name in self.decode_urls})
-        decision = self.router.route(request_id, tokens, keys, loads)
+        decision = self.router.route(request_id, tokens, keys, loads, session_id=session_id)
         self._metrics.decisions.labels("prefill", decision.prefill_reason.value).inc()
         self._metrics.decisions.labels("decode", decision.decode_reason.value).inc()
         return decision

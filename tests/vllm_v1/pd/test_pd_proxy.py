@@ -13,6 +13,7 @@ from integrations.vllm_v1.pd.proxy import (
     REMOTE_DECODE,
     PDProxy,
     prefill_request,
+    request_session_id,
     validation_error,
 )
 from policies.pd_router import PDRouter
@@ -210,3 +211,23 @@ def test_the_prefill_request_asks_one_token_unstreamed_and_leaves_the_body_alone
     assert "kv_transfer_params" not in body and body["stream"] is True
     request["kv_transfer_params"]["remote_host"] = "x"
     assert REMOTE_DECODE["remote_host"] is None
+
+
+def test_a_sessions_turns_are_routed_as_one_session():
+    assert request_session_id({"vllm_xargs": {"session_id": "agent-1"}}) == "agent-1"
+    assert request_session_id({"session_id": "own", "vllm_xargs": {"session_id": "x"}}) == "own"
+    assert request_session_id({"vllm_xargs": {"session_id": "bad id!"}}) is None
+    assert request_session_id({"vllm_xargs": "nope"}) is None
+
+    async def scenario(session, url, fakes, _proxy):
+        for turn in range(4):  # unrelated prompts: only the session ties them together
+            body = {"prompt": f"turn {turn} " * (turn + 1), "max_tokens": 2,
+                    "vllm_xargs": {"session_id": "agent-1"}}
+            async with session.post(f"{url}/v1/completions", json=body) as answer:
+                assert answer.status == 200
+        async with session.get(f"{url}/metrics") as page:
+            text = await page.text()
+        assert 'pd_router_decisions_total{pool="decode",reason="session"} 3.0' in text
+        assert len(fakes["decode0"].bodies) + len(fakes["decode1"].bodies) == 4
+        assert {len(fakes["decode0"].bodies), len(fakes["decode1"].bodies)} == {0, 4}
+    run_scenario({"prefill0": "ok", "decode0": "ok", "decode1": "ok"}, scenario)
