@@ -63,6 +63,7 @@ from policies.protocols import (
     KVBlockQuota,
     LevelPolicy,
     LifecycleObserver,
+    PreemptionPolicy,
     RankingPolicy,
     StepObserver,
     TokenCapPolicy,
@@ -79,6 +80,7 @@ from policies.slo_admission import (
     SLOVerdict,
     TTFTDeadlineRanker,
 )
+from policies.slot_preemption import Preemption, SlotPreemption, SlotPreemptionStats
 from policies.speculative import (
     AutomatonStats,
     Draft,
@@ -114,6 +116,10 @@ __all__ = [
     "SLODecision",
     "SLOTarget",
     "SLOVerdict",
+    "Preemption",
+    "PreemptionPolicy",
+    "SlotPreemption",
+    "SlotPreemptionStats",
     "StepPrefillBudget",
     "StepPrefillBudgetStats",
     "StepTimeModel",

@@ -6,10 +6,11 @@ and return plain values or frozen decisions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 from policies.admission import AdmissionDecision
+from policies.slot_preemption import Preemption
 from policies.step_model import StepFeatures
 from policies.views import LoadSnapshot, RequestView
 
@@ -143,4 +144,19 @@ class StepObserver(Protocol):
 
     def observe(self, features: StepFeatures, duration_s: float) -> None:
         """One step of ``features`` took ``duration_s`` seconds."""
+        ...
+
+
+@runtime_checkable
+class PreemptionPolicy(Protocol):
+    """Names a running request to preempt for a waiting one once every slot is taken
+    (`SlotPreemption`); the engine preempts it and tells the policy."""
+
+    def choose(self, waiting: Sequence[RequestView], running: Sequence[RequestView],
+               now: float) -> Preemption | None:
+        """The preemption to make now (``waiting`` in queue order, first few), or None."""
+        ...
+
+    def on_preempted(self, choice: Preemption) -> None:
+        """The engine preempted ``choice.victim``."""
         ...

@@ -1,8 +1,8 @@
 """The business case's targets, judged on a study summary (issues 7 and 16).
 
 Each target compares a candidate system with the best stock system of the same run (``fcfs``,
-``priority``, ``stock+queue-caps``: whichever has the best value of the metric, phase by
-phase), and every entry carries that best stock value beside the candidate's:
+``priority``, the ``stock+queue-caps`` sweep or a named ``stock+queue-caps:...`` setting:
+whichever has the best value of the metric, phase by phase), and every entry carries that best stock value beside the candidate's:
 
 1. ``gold_short_ttft``: Gold short-request TTFT p99 within the Gold TTFT SLO in every phase.
 2. ``short_ttft_halved``: short-request TTFT p99 at most half the best stock system's, in
@@ -22,7 +22,8 @@ A metric that is missing (e.g. no Gold short request completed) fails its target
 
 from __future__ import annotations
 
-STOCK = ("fcfs", "priority", "stock+queue-caps")
+from benchmarks.replay.targets import is_stock
+
 CANDIDATES = ("pipeline", "pipeline+fixes", "pipeline+slo", "pipeline+fixes+guard")
 SHORT_RATIO = 0.5
 JAIN_MIN = 0.95
@@ -42,7 +43,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def _stock(summary: dict) -> list[str]:
     systems = summary["phases"][0]["systems"] if summary["phases"] else {}
-    return [s for s in STOCK if s in systems]
+    return [s for s in systems if is_stock(s)]
 
 
 def _best(summary: dict, key: str, *, higher: bool, phase: int) -> tuple[str | None, object]:

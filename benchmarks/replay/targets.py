@@ -44,13 +44,14 @@ SWEEP_COLUMNS = {("by_class", "short", "itl_jitter"): "short_itl_jitter",
 ``top_priority_tpot_p99_s``)."""
 
 
-def _is_stock(system: str) -> bool:
+def is_stock(system: str) -> bool:
+    """Whether ``system`` is stock vLLM: ``fcfs``, ``priority`` or a queue-caps setting."""
     return system in STOCK or system.startswith("stock+queue-caps:")
 
 
 def _best_stock(summary: dict, *path: str) -> tuple[str | None, float | None]:
     values = [(s, v) for s in summary["systems"]
-              if _is_stock(s) and (v := _get(summary, s, *path)) is not None]
+              if is_stock(s) and (v := _get(summary, s, *path)) is not None]
     column = ("top_priority_tpot_p99_s" if path[:1] == ("by_priority",) and path[-1:] == (
         "tpot_p99_s",) else SWEEP_COLUMNS.get(tuple(path)))
     for row in (summary.get("queue_caps_sweep") or {}).get("settings", []):

@@ -80,6 +80,10 @@ class PolicyMetrics:
         self._throttled = PromCounter("policies:prefill_tokens_throttled",
                                       "Prefill tokens withheld by a token cap, by tenant",
                                       ["tenant"], registry=registry)
+        self._slot_preemptions = PromCounter(
+            "policies:slot_preemptions", "Running requests preempted for a more important "
+            "waiting one with every slot taken, by the preempted request's tenant", ["tenant"],
+            registry=registry)
         self._prompt_tokens = PromCounter("policies:prefix_cache_prompt_tokens",
                                           "Prompt tokens of newly scheduled requests, by tenant",
                                           ["tenant"], registry=registry)
@@ -152,6 +156,9 @@ class PolicyMetrics:
 
     def throttled(self, tenant: str, tokens: int) -> None:
         self._throttled.labels(tenant=self.tenant_label(tenant)).inc(tokens)
+
+    def slot_preempted(self, tenant: str) -> None:
+        self._slot_preemptions.labels(tenant=self.tenant_label(tenant)).inc()
 
     def drafts_withheld(self, slo_class: str, tokens: int) -> None:
         self._drafts_withheld.labels(slo_class=slo_class or "default").inc(tokens)

@@ -16,6 +16,7 @@ from policies import (
     FairnessPolicy,
     FCFSOrder,
     LevelPolicy,
+    PreemptionPolicy,
     QuotaPolicy,
     RankingPolicy,
     SpeculationPolicy,
@@ -106,6 +107,12 @@ class Pipeline:
     """Learns the engine's step time from every step it runs (`OnlineStepTimeModel`); the
     policies that predict with it (`SLOAdmission`) hold the same object (see
     `integrations.vllm_v1.slo.step_timing`)."""
+    preemption: PreemptionPolicy | None = attrs.field(
+        default=None, validator=_implements(PreemptionPolicy, optional=True))
+    """Preempts a running request for a more important waiting one once every slot is taken
+    (`SlotPreemption`; vLLM itself preempts only for KV blocks). That request moves to the head
+    of the queue and the victim waits right behind it; with ``fairness`` (which picks the
+    tenant served next) only a request already at the head is served so."""
     start_gate: StartGate | None = attrs.field(
         default=None, validator=_implements(StartGate, optional=True)
     )

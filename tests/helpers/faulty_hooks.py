@@ -97,6 +97,7 @@ FlakyWatermarks = _here(_flaky("FlakyWatermarks", ("admit",)))
 FlakyQuotas = _here(_flaky("FlakyQuotas", ("eligible",)))
 FlakyStartGate = _here(_flaky("FlakyStartGate", ("startable",)))
 FlakyStepModel = _here(_flaky("FlakyStepModel", ("observe",)))
+FlakyPreemption = _here(_flaky("FlakyPreemption", ("choose", "on_preempted")))
 
 
 @attrs.define(eq=False, kw_only=True)

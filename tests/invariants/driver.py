@@ -20,12 +20,12 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import RequestStatus
 
-from benchmarks.overhead import ADMIT_ALL_SLO
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.presets import PRESETS, preset
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.instruments.harness import SAMPLED_TOKEN_ID, build_scheduler
 from integrations.vllm_v1.scheduling.scheduler import AsyncPolicyScheduler
+from tests.helpers.engine import PREEMPT_AT_ONCE_SLO
 from tests.invariants import connector as scripted
 from tests.invariants.checks import assert_consistent, blocks_of
 
@@ -46,7 +46,7 @@ def build(case: tuple[str, str], *, is_async: bool, shape: EngineShape,
     with `ScriptedConnector` as its KV connector."""
     name, policy = case
     pipeline = None if name == STOCK else preset(name, TENANT_WEIGHTS,
-                                                 slo=ADMIT_ALL_SLO if name == "slo" else None)
+                                                 slo=PREEMPT_AT_ONCE_SLO if name == "slo" else None)
     cls = ((AsyncPolicyScheduler if pipeline else AsyncScheduler) if is_async else None)
     scheduler = build_scheduler(shape, pipeline, policy, cls)
     if connector is None:

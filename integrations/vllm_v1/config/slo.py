@@ -22,7 +22,13 @@ Declared in plain vLLM flags as ``llm_serving_policies.slo`` (every key optional
 - ``min_prefill_tokens_per_step``: the fewest prefill tokens a step carries while requests
   decode (more where the TPOT targets of the classes decoding allow, on the learned model);
 - ``step_model_prior``: `StepTimeModel` fields, the online step model's starting point (a
-  profile measured on the GPU; default `CONSERVATIVE_PRIOR`).
+  profile measured on the GPU; default `CONSERVATIVE_PRIOR`);
+- ``preemption``: ``false``, or ``{"risk_share": 0.5, "max_per_request": 1}``: with every slot
+  (``max_num_seqs``) taken, a waiting request that has spent ``risk_share`` of its TTFT
+  target without a token takes the slot of a less important running one (a ``protected``
+  class first, then vLLM's ``priority``), each request preempted so at most
+  ``max_per_request`` times (`SlotPreemption`). On by default; with no protected class
+  and one priority nobody is less important, and it never acts.
 
 With nothing declared, the classes are `DEFAULT_CLASSES` by prompt length (``short`` under
 512 tokens: 0.5 s / 100 ms; ``long``: 5 s / 100 ms), the same the replay judges by default.
@@ -48,6 +54,7 @@ from policies import (
     PrefillLedger,
     SLOAdmission,
     SLOTarget,
+    SlotPreemption,
     StepPrefillBudget,
     StepTimeModel,
     TokenCaps,
@@ -77,8 +84,12 @@ than predicted (a pessimistic model): the bound on how far it trusts the correct
 STEP_PREFILL_TOKENS = 512
 """The fewest prefill tokens a step carries while requests decode (prefill keeps moving even
 when a TPOT target leaves no room on the model)."""
+PREEMPTION_RISK_SHARE = 0.5
+"""The share of its TTFT target a waiting request spends before it may preempt (half its
+budget is left to start and run its prefill)."""
 _KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "demotions",
-         "min_prefill_tokens_per_step", "step_model_prior")
+         "min_prefill_tokens_per_step", "step_model_prior", "preemption")
+_PREEMPTION_KEYS = ("risk_share", "max_per_request")
 
 
 def _error(path: str, message: str) -> PipelineConfigError:
@@ -123,6 +134,9 @@ class SLOSpec:
     demotions: Mapping[str, str] = attrs.field(factory=dict)
     min_prefill_tokens_per_step: int = STEP_PREFILL_TOKENS
     step_model_prior: StepTimeModel = CONSERVATIVE_PRIOR
+    preemption_risk_share: float | None = PREEMPTION_RISK_SHARE
+    """`SlotPreemption.risk_share`; None: no slot preemption."""
+    max_preemptions_per_request: int = 1
 
     @classmethod
     def parse(cls, entry: object) -> SLOSpec:
@@ -166,11 +180,30 @@ class SLOSpec:
         if isinstance(step_tokens, bool) or not isinstance(step_tokens, int) or step_tokens < 1:
             raise _error("min_prefill_tokens_per_step",
                          f"must be a positive integer, got {step_tokens!r}")
+        risk_share, per_request = _preemption(entry.get("preemption", {}))
         return cls(classes=classes, tenants=tenants, by_prompt_tokens=by_length,
                    protected=frozenset(_known(f"protected[{i}]", name, classes)
                                        for i, name in enumerate(protected)),
                    demotions=demotions, min_prefill_tokens_per_step=step_tokens,
-                   step_model_prior=_prior(entry.get("step_model_prior")))
+                   step_model_prior=_prior(entry.get("step_model_prior")),
+                   preemption_risk_share=risk_share, max_preemptions_per_request=per_request)
+
+
+def _preemption(value: object) -> tuple[float | None, int]:
+    if value is False:
+        return None, 1
+    fields = _mapping("preemption", value) if value is not True else {}
+    for key in fields:
+        if key not in _PREEMPTION_KEYS:
+            raise _error(f"preemption.{key}", f"is not a key: use {', '.join(_PREEMPTION_KEYS)}")
+    share = fields.get("risk_share", PREEMPTION_RISK_SHARE)
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+        raise _error("preemption.risk_share", f"must be a number in [0, 1], got {share!r}")
+    per_request = fields.get("max_per_request", 1)
+    if isinstance(per_request, bool) or not isinstance(per_request, int) or per_request < 1:
+        raise _error("preemption.max_per_request",
+                     f"must be a positive integer, got {per_request!r}")
+    return float(share), per_request
 
 
 def _by_prompt_tokens(value: object, classes: Mapping[str, SLOTarget]
@@ -217,6 +250,8 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
       TPOT check against the tightest class decoding;
     - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
+    - preemption: `SlotPreemption` (unless declared off): with every slot taken, a request
+      at risk of missing its first-token target takes a less important request's slot;
     - watermarks: the KV red band only. Admission weighs the KV cache itself
       (`SLOAdmission.kv_ready_s`), but the band reacts to usage at once and still pays: on
       ``azure-conv`` x4 without it, goodput fell from 16.62 to 14.81 req/s and admitted
@@ -238,7 +273,12 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         max_headroom=MAX_HEADROOM)
     budget = StepPrefillBudget(max_prefill_tokens=spec.min_prefill_tokens_per_step,
                                interactive_prompt_tokens=0, bound=admission)
+    preemption = None if spec.preemption_risk_share is None else SlotPreemption(
+        slos=classes, length_classes=lengths, tenant_classes=dict(spec.tenants),
+        protected_classes=spec.protected, risk_share=spec.preemption_risk_share,
+        max_preemptions_per_request=spec.max_preemptions_per_request)
     return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
                                                tenant_classes=dict(spec.tenants)),
+                    preemption=preemption,
                     rate=TokenCaps(policies=(budget, ledger)), admission=admission,
                     step_model=model, watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1))

@@ -8,6 +8,9 @@ Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
 * service order and preemption victim: ``self.running`` is sorted before each
   step by (late?, tenant counter, level, rank key): vLLM serves front to back and
   preempts from the tail;
+* slot preemption: with every slot taken, ``schedule`` asks the ``preemption`` policy for
+  a running request to preempt for a waiting one (vLLM preempts only for KV blocks); that
+  one moves to the head of the queue, the victim right behind it;
 * admission: ``add_request`` asks the admission and watermark policies; a
   rejection (or a deadline that expires while waiting) finishes the request with
   ``finish_reason="abort"`` and the `Rejection`'s ``stop_reason``;
@@ -72,6 +75,8 @@ from policies.cache_aware import LoadAwareRanking
 
 _LOG = logging.getLogger("vllm.llm_serving_policies")
 """Under vLLM's logger, so the engine's own log configuration shows it."""
+PREEMPTION_LOOKAHEAD = 16
+"""How many waiting requests, in queue order, the ``preemption`` policy sees in a step."""
 
 
 @attrs.frozen
@@ -81,6 +86,9 @@ class _Tracked:
     admitted: RequestView
     """The view on admission, with the prefix-cache hit then (looked up for a
     `LoadAwareRanking` only); what level policies see (they read identity, not progress)."""
+    requeue_key: tuple[int, float] | None = None
+    """Set when the request was preempted for another: its queue key from then on (just
+    behind that request's)."""
 
 
 def _stock_priority_key(request: Request) -> tuple[int, float, str]:
@@ -162,7 +170,8 @@ class PolicySchedulerMixin:
         self._hits_on_arrival = self._ranks_under_load or any(
             getattr(p, "reads_prefix_hits", False) for p in pipeline.policies)
         """Whether a policy reads the arrival's prefix-cache hit (`RequestView.cached_tokens`)."""
-        queue_key = self._queue_key if self._honours_pipeline_order() else _stock_priority_key
+        self._own_queue_order = self._honours_pipeline_order()
+        queue_key = self._queue_key if self._own_queue_order else _stock_priority_key
         self.faults = PolicyFaults(pipeline.policies, self.metrics)
         """Policy exceptions contained so far (`PolicyFaults`)."""
         self.waiting = PolicyRequestQueue(
@@ -209,6 +218,8 @@ class PolicySchedulerMixin:
     def _queue_key(self, request: Request) -> tuple[int, float]:
         levels = self.pipeline.levels
         tracked = self._tracked[request.request_id]
+        if tracked.requeue_key is not None:
+            return tracked.requeue_key
         if levels is None:
             return 0, tracked.rank_key
         try:
@@ -410,10 +421,66 @@ class PolicySchedulerMixin:
                 self._load = self.load_snapshot(now)
         except Exception as error:  # noqa: BLE001 - contained: vLLM's order this step
             self.faults.record("pre_step", error)
+        self._preempt_for_waiting()
         self._call("before_schedule", self.hooks.before_schedule, now)
         output = super().schedule(throttle_prefills)
         self._call("after_schedule", self.hooks.after_schedule, output)
         return output
+
+    def _preempt_for_waiting(self) -> None:
+        """At most one preemption per step, only with every slot taken: the ``preemption``
+        policy's victim leaves the running list before vLLM schedules, and the request it was
+        preempted for (the beneficiary) takes its slot in this very step.
+
+        The beneficiary moves to the head of the waiting queue and the victim queues right
+        behind it, ahead of the rest (as vLLM re-queues its own victims at the front), by
+        queue keys that stay with them. Where the order is not the pipeline's to change
+        (vLLM's ``priority`` policy, or a fairness policy picking the tenant served next),
+        the queue keeps it, and only a beneficiary at its head is served. Not done with a KV
+        connector (a transfer may hold the victim's blocks) or while the victim's blocks
+        cannot be freed yet; a raising policy is contained (seam ``preemption``).
+        """
+        policy = self.pipeline.preemption
+        if (policy is None or not self.waiting or self.connector is not None
+                or len(self.running) < self.max_num_running_reqs):
+            return
+        try:
+            choice = policy.choose([self._view(r) for r in self.waiting.head(PREEMPTION_LOOKAHEAD)],
+                                   [self._view(r) for r in self.running], self._now)
+        except Exception as error:  # noqa: BLE001 - contained: no preemption
+            self.faults.record("preemption", error, policy)
+            return
+        victim = self.requests.get(choice.victim) if choice is not None else None
+        beneficiary = self.requests.get(choice.beneficiary) if choice is not None else None
+        if (victim is None or beneficiary is None or victim.status is not RequestStatus.RUNNING
+                or beneficiary.status is RequestStatus.RUNNING
+                or not self._request_blocks_can_be_freed(victim)):
+            return
+        reorder = self._own_queue_order and self.pipeline.fairness is None
+        head = self.waiting.peek_request()
+        if beneficiary is not head:
+            if not reorder:
+                return
+            level, rank_key = self.waiting.key(head)
+            self.waiting.remove_request(beneficiary)
+            self._requeue(beneficiary, (level, math.nextafter(rank_key, -math.inf)))
+            self.waiting.prepend_request(beneficiary)
+        if reorder:
+            level, rank_key = self.waiting.key(beneficiary)
+            self._requeue(victim, (level, math.nextafter(rank_key, math.inf)))
+        self.running.remove(victim)
+        # A same-step resume must resend the victim's tokens, as after vLLM's own forced
+        # preemption (``reset_prefix_cache``); an in-flight output of it is dropped.
+        self.prev_step_scheduled_req_ids.discard(victim.request_id)
+        self._preempt_request(victim, self._now, drop_stale_output=True)
+        self._call("preemption", [policy.on_preempted], choice)
+        if self.metrics is not None:
+            self.metrics.slot_preempted(self._tenant_of(victim))
+
+    def _requeue(self, request: Request, key: tuple[int, float]) -> None:
+        """``request``'s queue key from now on (set before it is queued)."""
+        self._tracked[request.request_id] = attrs.evolve(self._tracked[request.request_id],
+                                                         requeue_key=key)
 
     def _refresh_metrics(self) -> None:
         """Gauges after a step: when due, and always when the engine goes idle (no step

@@ -5,8 +5,9 @@ import gc
 import pytest
 
 from integrations.vllm_v1 import Pipeline, build_llm
+from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
 from policies import QoSRanker
-from tests.helpers.engine import ENGINE_KWARGS
+from tests.helpers.engine import ENGINE_KWARGS, PREEMPT_AT_ONCE_SLO
 
 pytestmark = pytest.mark.engine
 
@@ -23,7 +24,8 @@ def greedy(llm, max_tokens=12):
 
 
 def finish_order(llm, requests):
-    """Submit (id, prompt, max_tokens, priority) in order; return ids in finishing order."""
+    """Submit (id, prompt, max_tokens, priority) in order; return ids in finishing order and
+    each request's greedy tokens."""
     from vllm import SamplingParams
 
     engine = llm.llm_engine
@@ -31,10 +33,13 @@ def finish_order(llm, requests):
         engine.add_request(request_id, prompt,
                            SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True),
                            priority=priority)
-    order = []
+    order, tokens = [], {}
     while engine.has_unfinished_requests():
-        order += [out.request_id for out in engine.step() if out.finished]
-    return order
+        for out in engine.step():
+            if out.finished:
+                order.append(out.request_id)
+                tokens[out.request_id] = list(out.outputs[0].token_ids)
+    return order, tokens
 
 
 def rejected_offline(llm):
@@ -54,16 +59,20 @@ CONTENTION = [
 
 @pytest.fixture(scope="module")
 def engines(random_model_dir):
-    """Stock vLLM, the identity pipeline and the QoS pipeline, one engine at a time."""
+    """Stock vLLM, the identity pipeline, the QoS pipeline and the ``slo`` preset preempting
+    a slot for any more urgent request at once, one engine at a time."""
     from vllm import LLM
 
     results = {}
     kwargs = {**ENGINE_KWARGS, "model": random_model_dir, "max_num_seqs": 1}
+    slo = slo_pipeline(SLOSpec.parse(PREEMPT_AT_ONCE_SLO))
     for name, make in [("stock", lambda: LLM(**kwargs)),
                        ("identity", lambda: build_llm(Pipeline(), **kwargs)),
-                       ("qos", lambda: build_llm(Pipeline(ranking=QoSRanker()), **kwargs))]:
+                       ("qos", lambda: build_llm(Pipeline(ranking=QoSRanker()), **kwargs)),
+                       ("slo", lambda: build_llm(slo, **kwargs))]:
         llm = make()
-        results[name] = {"greedy": greedy(llm), "order": finish_order(llm, CONTENTION),
+        order, tokens = finish_order(llm, CONTENTION)
+        results[name] = {"greedy": greedy(llm), "order": order, "tokens": tokens,
                          "scheduler": llm.llm_engine.vllm_config.scheduler_config.scheduler_cls}
         if name == "qos":
             results[name]["rejected"] = rejected_offline(llm)
@@ -99,3 +108,15 @@ def test_offline_rejection_is_an_abort_with_its_reason_and_the_engine_keeps_serv
     assert stop_reason.startswith("rejected:invalid_metadata:priority must be between")
     assert stop_reason.endswith(";retry_after_s=0")
     assert engines["qos"]["after_rejection"] == engines["qos"]["greedy"]
+
+
+def test_slot_preemption_starts_the_urgent_request_and_the_victim_recomputes_exactly(engines):
+    # The blocker starts first (earliest first-token deadline) and takes the one slot; the
+    # urgent request preempts it (vLLM itself preempts only for KV blocks), so it finishes
+    # first; the blocker resumes right behind it and, recomputed, yields the very tokens it
+    # yields unpreempted.
+    slo, stock = engines["slo"], engines["stock"]
+    assert slo["order"] == ["urgent-short", "blocker", "relaxed-long"]
+    assert stock["order"][0] == "blocker"
+    assert slo["tokens"] == stock["tokens"]
+    assert slo["greedy"] == stock["greedy"]

@@ -20,6 +20,8 @@ from policies import (
     EDFRanker,
     KVWatermarks,
     OnlineStepTimeModel,
+    SLOTarget,
+    SlotPreemption,
     TenantQuota,
 )
 from tests.helpers import faulty_hooks
@@ -29,6 +31,7 @@ from tests.helpers.faulty_hooks import (
     EVERY,
     FlakyDeadlines,
     FlakyEviction,
+    FlakyPreemption,
     FlakyQuotas,
     FlakyStartGate,
     FlakyStepModel,
@@ -74,6 +77,9 @@ SLOTS = {
     "start_gate": (lambda: FlakyStartGate(DecodeKVGate(), 3), "before_schedule"),
     "step_model": (lambda: FlakyStepModel(OnlineStepTimeModel(), 3), "before_update"),
     "warming": (lambda: FlakyWarmer(), "on_admitted"),
+    "preemption": (lambda: FlakyPreemption(SlotPreemption(
+        slos={"any": SLOTarget(ttft_s=60.0, tpot_s=60.0)}, length_classes=((2**31, "any"),),
+        risk_share=0.0), 3), "preemption"),
 }
 NEEDS = {"quotas": {"fairness": WFQ(weights={"a": 2.0})}}
 """Slots that need another slot set."""
