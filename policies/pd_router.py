@@ -14,7 +14,8 @@ which generates the rest. `PDRouter` chooses both instances:
   instances the longest cached prefix wins, then the lower load score.
 - **Session affinity**: a request with a ``session_id`` goes back to the instance
   that served its session's previous turn (which holds its context) while that
-  instance's load score is at most the bound plus ``session_slack_tokens``: a
+  instance's load score is at most the bound plus the prompt tokens it is believed
+  to hold (what moving would recompute), at most ``session_slack_tokens``: a
   bounded overload penalty, past which the session moves (and stays) elsewhere.
 - **Power-of-``choices``**: optionally score only ``choices`` random instances (plus
   the one with the longest cached prefix) instead of the whole pool.
@@ -74,7 +75,8 @@ class RouteReason(enum.Enum):
     AFFINITY = "affinity"
     """It holds the longest cached prefix among the instances within the load bound."""
     SESSION = "session"
-    """It served the session's previous turn and is within the load bound plus the session slack."""
+    """It served the session's previous turn and is within the load bound plus the session
+    slack (the prompt tokens it holds, capped)."""
     SPILLOVER = "spillover"
     """A longer prefix sits on an instance over the load bound (or down); this one is next best."""
     LEAST_LOADED = "least_loaded"
@@ -311,9 +313,10 @@ class PDRouter(_IndexedRouter, LeastLoadedRouter):
     Guarantees, for each pool: a down instance is never chosen while a healthy
     one exists; the chosen instance's load score is within the bound
     ``(1 + balance_epsilon) * mean + load_slack_tokens`` (the mean over the
-    pool's healthy instances), or within the bound plus ``session_slack_tokens``
-    when it is the healthy instance that served the request's session's previous
-    turn (which then wins); otherwise, among the considered instances within the
+    pool's healthy instances), or within the bound plus the session slack (the
+    prompt tokens it holds, at most ``session_slack_tokens``) when it is the healthy
+    instance that served the request's session's previous turn (which then wins);
+    otherwise, among the considered instances within the
     bound it holds the longest cached prefix, ties going to the lower load score,
     then the earlier instance. Raising one instance's load never makes it chosen
     when it was not. Deterministic given the inputs and ``rng``.
@@ -334,8 +337,9 @@ class PDRouter(_IndexedRouter, LeastLoadedRouter):
     index_capacity_blocks: int = attrs.field(default=100_000, validator=_positive_int)
     """Keys the prefix index keeps per instance (size it near the instance's KV blocks)."""
     session_slack_tokens: float = attrs.field(default=8192.0, validator=finite_non_negative)
-    """How far above the load bound a session's previous instance stays its choice (the
-    bounded overload penalty of keeping a session's context where it is)."""
+    """The most a session's previous instance may be above the load bound and stay its
+    choice; below that cap the slack is the prompt tokens it holds (the recompute a move
+    would cost), so the overload a session accepts is bounded by what it saves."""
     session_capacity: int = attrs.field(default=100_000, validator=_positive_int)
     """Sessions remembered (least recently routed forgotten first)."""
     _index: PrefixIndex = attrs.field(init=False, repr=False)
@@ -425,7 +429,8 @@ class PDRouter(_IndexedRouter, LeastLoadedRouter):
         scores = self._scores(healthy, loads)
         bound = ((1 + self.balance_epsilon) * sum(scores) / len(scores)
                  + self.load_slack_tokens)
-        if home in healthy and scores[healthy.index(home)] <= bound + self.session_slack_tokens:
+        if home in healthy and scores[healthy.index(home)] <= bound + min(
+                self.session_slack_tokens, matched.get(home, 0) * self.block_size_tokens):
             return home, RouteReason.SESSION
         considered = range(len(healthy))
         if self.choices is not None and self.choices < len(healthy):

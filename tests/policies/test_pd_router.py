@@ -138,10 +138,11 @@ def test_a_session_returns_home_unless_home_is_past_the_bound_plus_the_slack(
     router = warmed(history, first_loads)
     keys = chain_keys(prompt)
     home = router.route("t1", BLOCK * len(prompt) + 1, keys, first_loads, session_id="s")
+    held = router.index.match(keys).get(home.decode, 0) * BLOCK
     again = router.route("t2", BLOCK * len(prompt) + 1, keys, loads, session_id="s")
     router.check_invariants()
-    within = router.load_score(loads[home.decode]) <= (bound(router, DECODE, loads)
-                                                       + router.session_slack_tokens)
+    slack = min(router.session_slack_tokens, held)  # what moving would recompute, capped
+    within = router.load_score(loads[home.decode]) <= bound(router, DECODE, loads) + slack
     assert (again.decode == home.decode) is within or (
         again.decode == home.decode and again.decode_reason is not RouteReason.SESSION)
     if within:
@@ -155,18 +156,28 @@ def test_a_session_returns_home_unless_home_is_past_the_bound_plus_the_slack(
 def test_session_slack_keeps_a_turn_home_past_the_plain_bound_then_lets_it_go():
     router = make_router(load_slack_tokens=0.0, session_slack_tokens=1000.0)
     idle = {n: InstanceLoad() for n in PREFILL + DECODE}
-    home = router.route("t1", 40_000, (), idle, session_id="agent-1").decode
+    turn = chain_keys(range(100))  # 100 blocks: 1,600 tokens held, the slack is its cap
+    home = router.route("t1", 1601, turn, idle, session_id="agent-1").decode
     busy = {**idle, home: InstanceLoad(running_decodes=3)}  # 768 > plain bound 211
-    assert router.route("t2", 40_000, (), busy, session_id="agent-1").decode == home
-    assert router.route("other", 40_000, (), busy).decode != home  # no session: plain rule
+    assert router.route("t2", 1601, turn, busy, session_id="agent-1").decode == home
+    assert router.route("other", 1601, (), busy).decode != home  # no session: plain rule
     hot = {**idle, home: InstanceLoad(running_decodes=6)}  # 1536 > 422 + 1000
-    moved = router.route("t3", 40_000, (), hot, session_id="agent-1")
+    moved = router.route("t3", 1601, turn, hot, session_id="agent-1")
     assert moved.decode != home and moved.decode_reason is not RouteReason.SESSION
-    assert router.route("t4", 40_000, (), hot, session_id="agent-1").decode == moved.decode
+    assert router.route("t4", 1601, turn, hot, session_id="agent-1").decode == moved.decode
     router.mark_up(moved.decode, cache_lost=True)  # it restarted: the session has no home
-    assert router.route("t5", 40_000, (), idle, session_id="agent-1").decode_reason \
+    assert router.route("t5", 1601, turn, idle, session_id="agent-1").decode_reason \
         is not RouteReason.SESSION
     router.check_invariants()
+
+
+def test_the_session_slack_is_what_the_home_holds_below_the_cap():
+    router = make_router(load_slack_tokens=0.0, session_slack_tokens=100_000.0)
+    idle = {n: InstanceLoad() for n in PREFILL + DECODE}
+    short = chain_keys(range(20))  # 320 tokens held: a 2-decode (512) excess is too much
+    home = router.route("t1", 321, short, idle, session_id="a").decode
+    busy = {**idle, home: InstanceLoad(running_decodes=2)}  # 512 > 141 + 320
+    assert router.route("t2", 321, short, busy, session_id="a").decode != home
 
 
 def test_sessions_are_forgotten_least_recently_routed_first():

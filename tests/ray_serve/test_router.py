@@ -116,16 +116,17 @@ def test_a_replica_that_does_not_answer_the_probe_counts_by_its_stats():
 def test_a_session_goes_home_past_the_plain_bound_within_the_session_slack():
     a, b = FakeReplica("a"), FakeReplica("b")
     router = make_router(load_slack_tokens=0, session_slack_tokens=2048)
-    home = choose(router, [a, b], "t1", keys=(1,), session_id="agent-7")[0]
+    context = tuple(range(200, 264))  # 64 blocks: 2,048 tokens held, the slack's cap
+    home = choose(router, [a, b], "t1", keys=context, session_id="agent-7")[0]
     replicas = {"a": a, "b": b}
     other = {"a": "b", "b": "a"}[home]
     finish(router, home, "t1")
-    router.replica_queue_len_cache.update(replicas[home].replica_id, 6)  # 1536 > 845 bound
+    router.replica_queue_len_cache.update(replicas[home].replica_id, 6)  # 845 < 1536 < 845 + 2048
     router.replica_queue_len_cache.update(replicas[other].replica_id, 0)
-    assert choose(router, [a, b], "t2", keys=(2,), session_id="agent-7")[0] == home
+    assert choose(router, [a, b], "t2", keys=context + (1,), session_id="agent-7")[0] == home
     finish(router, home, "t2")
     assert choose(router, [a, b], "x", keys=(3,))[0] == other  # no session
     finish(router, other, "x")
     router.replica_queue_len_cache.update(replicas[home].replica_id, 20)  # past the slack
-    assert choose(router, [a, b], "t3", keys=(4,), session_id="agent-7")[0] == other
+    assert choose(router, [a, b], "t3", keys=context + (2,), session_id="agent-7")[0] == other
     assert router.stats()["router"].decode_reasons["session"] == 1
