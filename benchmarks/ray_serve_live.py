@@ -1,30 +1,32 @@
 """Live Ray Serve run: our request router vs Ray Serve's default router, on the same requests.
 
 On a local 2-node Ray cluster (`integrations.ray_serve.cluster.LocalCluster`), the same
-app (2 vLLM replicas of the tiny random-weight model, one a node, behind the OpenAI
-ingress) is deployed once with Ray Serve's default power-of-two-choices router
-(``pow2``) and once with `PDRequestRouter` (``pd_router``, optionally with parameters),
-and sent the same requests: ``--families`` prompt families (a ~300-token shared prefix
-each, built from the MT-bench prompts embedded with the tiny tokenizer) in a seeded random
-order, each with its own question, at most ``--concurrency`` in flight (bounded load).
-Each replica's KV cache holds ``--kv-blocks`` blocks of 32 tokens: beside the blocks of
-the requests it runs (at most ``--max-num-seqs`` at once, ~12 blocks each; the rest
-queue, so balance matters too) about half of the families' prefixes fit, so where a
-family's requests land decides whether its prefix is still cached.
+app (2 vLLM replicas, one a node, behind the OpenAI ingress) is deployed with Ray
+Serve's default power-of-two-choices router (``pow2``) and with `PDRequestRouter`
+(``pd_router``, optionally with parameters), and sent the same requests
+(`benchmarks.ray_serve_workload`): prompt families (a ~1.5k-token shared prefix each,
+then a question of its own; at most ``--concurrency`` in flight) and agent sessions
+(growing contexts with a ``session_id``, turns a tool time apart), 16 output tokens each.
 
-With ``--parallel`` each `PDRequestRouter` setting is measured at the same time as a
-``pow2`` copy of the app of its own (2 apps, 4 replicas, one round per setting): the
-same requests reach both at once, and the machine's noise hits both alike.
+The model is a dummy-weight Llama (``--load-format dummy``, built locally, 4 layers of
+width 512) whose ~2k-token prefill costs far more than a decode step on a CPU (about
+1.2 s against 18 ms on this machine's shared cores), so a prefix-cache hit saves real
+time; a replica starts in about a minute. Each replica's KV cache holds ``--kv-blocks``
+blocks of 32 tokens: the running requests plus about half of the families' and
+sessions' prefixes, so where a request lands decides whether its prefix is still cached.
 
-Measured client-side: TTFT (first streamed event) p50/p99; from the replicas'
-``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`` (token-weighted,
-deltas over the run): the prefix-cache hit rate; from the ingress: the routing
-decisions. The tiny model on shared CPUs: relative numbers only. Writes
-``OUT/ray_serve_live.json`` and, with ``--png``, the Grafana dashboard's panels rendered
-from the last router's run's scrapes (each panel's own PromQL, evaluated by
-`benchmarks.ray_serve_dashboard`).
+Each `PDRequestRouter` setting runs at the same time as a ``pow2`` copy of the app (2
+apps, 4 replicas): the same requests reach both at once, and the machine's noise hits
+both alike. ``--seeds 0,1,2`` repeats the round per seed (fresh apps, new requests).
 
-Usage: ``python -m benchmarks.ray_serve_live --out DIR [--parallel] [--png PATH]``
+Measured client-side: TTFT (first streamed event) p50/p99, overall and per kind; from
+the replicas' ``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``
+(token-weighted, deltas over the run): the prefix-cache hit rate; from the ingress: the
+routing decisions. Writes ``OUT/ray_serve_live.json`` and ``OUT/ray_serve_live.png``
+(TTFT CDFs per seed) and, with ``--png``, the Grafana dashboard's panels rendered from
+the last seed's ``pd_router`` run's scrapes (`benchmarks.ray_serve_dashboard`).
+
+Usage: ``python -m benchmarks.ray_serve_live --out DIR [--seeds 0,1,2] [--png PATH]``
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import statistics
 import threading
 import time
@@ -40,6 +41,7 @@ from pathlib import Path
 
 import attrs
 
+from benchmarks.ray_serve_workload import Call, LiveWorkload, build_workload, corpus_tokens
 from integrations.ray_serve import cluster as _cluster  # noqa: F401 - before Ray is imported
 from policies.percentile import percentile
 
@@ -60,33 +62,28 @@ def parse_router(spec: str) -> tuple[str, dict[str, float]]:
     return name, kwargs
 
 
-def workload(families: int, requests: int, seed: int) -> list[tuple[int, str]]:
-    """(family, prompt) pairs: each family a ~300-token prefix of MT-bench prompts, then a
-    question of its own; families drawn uniformly in a seeded order."""
-    import integrations.vllm_v1.instruments as instruments
-
-    corpus = Path(instruments.__file__).parent / "tiny_model_data" / "corpus.jsonl"
-    lines = [json.loads(line) for line in corpus.read_text().splitlines() if line.strip()]
-    rng = random.Random(seed)
-    prefixes = []
-    for family in range(families):
-        picked = rng.sample(lines, 6)
-        prefixes.append(f"Conversation {family}. " + " ".join(picked)[:1100] + "\n")
-    out = []
-    for i in range(requests):
-        family = rng.randrange(families)
-        out.append((family, prefixes[family] + f"Question {i}: {rng.choice(lines)[:160]}"))
-    return out
-
-
 TENANTS = ("gold", "silver", "bronze")
-"""Family ``f`` belongs to tenant ``TENANTS[f % 3]`` (labels the pipeline's metrics only)."""
+"""Request ``i`` belongs to tenant ``TENANTS[i % 3]`` (labels the pipeline's metrics only)."""
+MODEL_SPEC = dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=8, head_dim=64, intermediate_size=1536,
+                  max_position_embeddings=4096)
+"""The dummy-weight Llama's shape (`TinyModelSpec` fields)."""
+OUTPUT_TOKENS = 16
 
 
-async def _one(session, url: str, model: str, prompt: str, tenant: str
+def engine_args(kv_blocks: int, max_num_seqs: int) -> tuple[str, ...]:
+    """``vllm serve`` flags of every replica (dummy weights, 4k context, 32-token blocks)."""
+    limits = ("--max-num-seqs", str(max_num_seqs)) if max_num_seqs else ()
+    return ("--load-format", "dummy", "--dtype", "float32", "--max-model-len", "4096",
+            "--enforce-eager", "--block-size", "32", "--kv-cache-memory-bytes", str(256 << 20),
+            "--num-gpu-blocks-override", str(kv_blocks), "--seed", "0", *limits)
+
+
+async def _one(session, url: str, model: str, call: Call, tenant: str
                ) -> tuple[float | None, str, int]:
-    body = {"model": model, "prompt": prompt, "max_tokens": 16, "temperature": 0,
-            "stream": True, "vllm_xargs": {"tenant": tenant}}
+    xargs = {"tenant": tenant, **({"session_id": call.session_id} if call.session_id else {})}
+    body = {"model": model, "prompt": list(call.prompt), "max_tokens": OUTPUT_TOKENS,
+            "temperature": 0, "ignore_eos": True, "stream": True, "vllm_xargs": xargs}
     started = time.monotonic()
     async with session.post(f"{url}/v1/completions", json=body) as answer:
         ttft = None
@@ -96,26 +93,41 @@ async def _one(session, url: str, model: str, prompt: str, tenant: str
         return ttft, answer.headers.get("x-served-by", ""), answer.status
 
 
-async def _drive(url: str, model: str, requests: list[tuple[int, str]], concurrency: int,
+async def _drive(url: str, model: str, work: LiveWorkload, concurrency: int,
                  label: str, position: int = 0) -> list[dict]:
+    """Families ``concurrency`` at a time; every session on its own, a turn after the
+    previous one's answer and its tool time. Returns one record per call, in order."""
     import aiohttp
     from tqdm import tqdm
 
+    calls = work.calls()
+    index = {id(call): i for i, call in enumerate(calls)}
     limit = asyncio.Semaphore(concurrency)
     results: list[dict] = []
-    progress = tqdm(total=len(requests), desc=label, unit="req", position=position)
-    timeout = aiohttp.ClientTimeout(total=600)
+    progress = tqdm(total=len(calls), desc=label, unit="req", position=position)
+    timeout = aiohttp.ClientTimeout(total=900)
     async with aiohttp.ClientSession(timeout=timeout) as session:
 
-        async def run(index: int, family: int, prompt: str) -> None:
-            async with limit:
-                ttft, replica, status = await _one(session, url, model, prompt,
-                                                   TENANTS[family % len(TENANTS)])
-            results.append({"index": index, "family": family, "ttft_s": ttft,
+        async def send(call: Call) -> None:
+            i = index[id(call)]
+            ttft, replica, status = await _one(session, url, model, call,
+                                               TENANTS[i % len(TENANTS)])
+            results.append({"index": i, "kind": call.kind, "group": call.group,
+                            "prompt_tokens": len(call.prompt), "ttft_s": ttft,
                             "replica": replica, "status": status})
             progress.update()
 
-        await asyncio.gather(*(run(i, f, p) for i, (f, p) in enumerate(requests)))
+        async def family(call: Call) -> None:
+            async with limit:
+                await send(call)
+
+        async def agent(turns: tuple[Call, ...]) -> None:
+            for turn in turns:
+                await asyncio.sleep(turn.tool_s)
+                await send(turn)
+
+        await asyncio.gather(*(family(c) for c in work.families),
+                             *(agent(turns) for turns in work.sessions))
     progress.close()
     return sorted(results, key=lambda r: r["index"])
 
@@ -191,27 +203,26 @@ def deploy_app(spec: str, *, model: str, cluster, kv_blocks: int, max_num_seqs: 
                pipeline: str) -> BenchApp:
     """Deploy the app with router ``spec`` under ``/bench-<spec>`` (returns once it is up)."""
     from integrations.ray_serve.app import ServeConfig, deploy
-    from integrations.ray_serve.demo import TINY_MODEL_ARGS
 
     router, router_kwargs = parse_router(spec)
     name = "bench-" + "".join(c if c.isalnum() else "-" for c in spec.lower())
-    limits = ("--max-num-seqs", str(max_num_seqs)) if max_num_seqs else ()
     config = ServeConfig(model=model, pipeline=pipeline, replicas=2, router=router, name=name,
                          router_kwargs=router_kwargs,
-                         vllm_args=(*TINY_MODEL_ARGS, "--num-gpu-blocks-override",
-                                    str(kv_blocks), *limits))
+                         vllm_args=engine_args(kv_blocks, max_num_seqs))
     deploy(config, route_prefix=f"/{name}")
     return BenchApp(spec, name, f"{cluster.url}/{name}", str(config.targets().path))
 
 
-def measure(apps: list[BenchApp], *, model: str, requests: list[tuple[int, str]],
+def measure(apps: list[BenchApp], *, model: str, work: LiveWorkload,
             concurrency: int, record: BenchApp | None) -> dict[str, dict]:
-    """Send ``requests`` to every app at once (each its own ``concurrency``), measure each."""
+    """Send ``work`` to every app at once (each its own ``concurrency``), measure each."""
     targets = {app.spec: app.targets() for app in apps}
+    warm = LiveWorkload(families=(Call(group="family-warm", prompt=tuple(range(3, 40))),) * 2,
+                        sessions=())
 
     async def warm_up() -> None:
-        await asyncio.gather(*(_drive(app.url, model, [(0, "Warm up, please.")] * 2, 2,
-                                      f"{app.spec} warm-up") for app in apps))
+        await asyncio.gather(*(_drive(app.url, model, warm, 2, f"{app.spec} warm-up")
+                               for app in apps))
 
     asyncio.run(warm_up())
     before = {app.spec: (_engine_counters(targets[app.spec]), _decisions(app.url))
@@ -223,7 +234,7 @@ def measure(apps: list[BenchApp], *, model: str, requests: list[tuple[int, str]]
 
     async def run(app: BenchApp, position: int) -> list[dict]:
         started = time.monotonic()
-        results = await _drive(app.url, model, requests, concurrency, app.spec, position)
+        results = await _drive(app.url, model, work, concurrency, app.spec, position)
         elapsed[app.spec] = time.monotonic() - started
         return results
 
@@ -247,8 +258,16 @@ def measure(apps: list[BenchApp], *, model: str, requests: list[tuple[int, str]]
     return out
 
 
-def _summary(router, results, before, after, elapsed, decisions, series) -> dict:
+def _ttft_summary(results: list[dict]) -> dict[str, float]:
     ttfts = [r["ttft_s"] for r in results if r["ttft_s"] is not None and r["status"] == 200]
+    if not ttfts:
+        return {"ttft_p50_s": float("nan"), "ttft_p99_s": float("nan"),
+                "ttft_mean_s": float("nan")}
+    return {"ttft_p50_s": percentile(ttfts, 50), "ttft_p99_s": percentile(ttfts, 99),
+            "ttft_mean_s": statistics.fmean(ttfts)}
+
+
+def _summary(router, results, before, after, elapsed, decisions, series) -> dict:
     hits = sum(after[r]["vllm:prefix_cache_hits_total"] - before[r]["vllm:prefix_cache_hits_total"]
                for r in after)
     queries = sum(after[r]["vllm:prefix_cache_queries_total"]
@@ -257,21 +276,28 @@ def _summary(router, results, before, after, elapsed, decisions, series) -> dict
                       - before[r]["vllm:prefix_cache_hits_total"])
                   / max(1.0, after[r]["vllm:prefix_cache_queries_total"]
                         - before[r]["vllm:prefix_cache_queries_total"]) for r in after}
-    families: dict[int, set[str]] = {}
+    groups: dict[str, set[str]] = {}
     for r in results:
-        families.setdefault(r["family"], set()).add(r["replica"])
+        groups.setdefault(r["group"], set()).add(r["replica"])
+
+    def replicas_per(kind: str) -> float:
+        touched = [len(v) for g, v in groups.items() if g.startswith(kind)]
+        return statistics.fmean(touched) if touched else float("nan")
+
     return {
         "router": router, "requests": len(results),
         "completed": sum(r["status"] == 200 for r in results),
-        "ttft_p50_s": percentile(ttfts, 50) if ttfts else float("nan"),
-        "ttft_p99_s": percentile(ttfts, 99) if ttfts else float("nan"),
-        "ttft_mean_s": statistics.fmean(ttfts) if ttfts else float("nan"),
+        **_ttft_summary(results),
+        "by_kind": {kind: _ttft_summary([r for r in results if r["kind"] == kind])
+                    for kind in ("family", "session")},
         "prefix_cache_hit_rate": hits / queries if queries else 0.0,
         "prefix_cache_hit_rate_by_replica": by_replica,
         "requests_by_replica": {rep: sum(r["replica"] == rep for r in results)
                                 for rep in sorted({r["replica"] for r in results})},
-        "replicas_per_family_mean": statistics.fmean(len(v) for v in families.values()),
-        "router_decisions": decisions, "elapsed_s": elapsed, "_series": series,
+        "replicas_per_family_mean": replicas_per("family"),
+        "replicas_per_session_mean": replicas_per("session"),
+        "router_decisions": decisions, "elapsed_s": elapsed, "results": results,
+        "_series": series,
     }
 
 
@@ -330,94 +356,151 @@ def _router_specs(text: str) -> list[str]:
     return specs
 
 
-def _rounds(routers: list[str], parallel: bool) -> list[list[str]]:
-    """The routers measured together: each alone, or (``parallel``) each `PDRequestRouter`
-    setting beside a ``pow2`` app of its own (all at once when there is no ``pow2``)."""
-    if not parallel:
-        return [[spec] for spec in routers]
+def _rounds(routers: list[str]) -> list[list[str]]:
+    """The routers measured together: each `PDRequestRouter` setting beside a ``pow2`` app
+    of its own (all at once when there is no ``pow2``)."""
     ours = [spec for spec in routers if spec != "pow2"]
     if "pow2" not in routers or not ours:
         return [routers]
     return [["pow2", spec] for spec in ours]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _versus(routers: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """Each `PDRequestRouter` setting against the ``pow2`` app that ran beside it."""
+    out = {}
+    for label, mine in routers.items():
+        theirs = routers.get(f"pow2 (beside {label})", routers.get("pow2"))
+        if not label.startswith("pow2") and theirs is not None:
+            out[label] = {"ttft_p50_ratio": mine["ttft_p50_s"] / theirs["ttft_p50_s"],
+                          "ttft_p99_ratio": mine["ttft_p99_s"] / theirs["ttft_p99_s"],
+                          "hit_rate_delta": mine["prefix_cache_hit_rate"]
+                          - theirs["prefix_cache_hit_rate"]}
+    return out
+
+
+def plot_runs(seeds: dict[str, dict], path: Path) -> None:
+    """TTFT CDFs of every router, one panel per seed, with p99 and hit rate in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(seeds), figsize=(5.2 * len(seeds), 4), squeeze=False)
+    for axis, (seed, run) in zip(axes.flat, seeds.items(), strict=True):
+        for label, result in run["routers"].items():
+            ttfts = sorted(r["ttft_s"] for r in result["results"] if r["ttft_s"] is not None)
+            axis.plot(ttfts, [(i + 1) / len(ttfts) for i in range(len(ttfts))],
+                      label=f"{label}: p99 {result['ttft_p99_s']:.2f} s, "
+                            f"hit {result['prefix_cache_hit_rate']:.2f}")
+        axis.set_xscale("log")
+        axis.set_title(f"seed {seed}", fontsize=10)
+        axis.set_xlabel("TTFT (s)")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7, loc="lower right")
+    figure.suptitle("Ray Serve, live: PDRequestRouter vs pow2 on the same requests "
+                    "(prompt families + agent sessions, dummy-weight 4x512 Llama on CPU)",
+                    fontsize=10)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--requests", type=int, default=160)
-    parser.add_argument("--families", type=int, default=8)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--kv-blocks", type=int, default=64,
-                        help="KV blocks (32 tokens) per replica (64: 2 running requests' "
-                             "~24 blocks plus about half of 8 families' ~76 prefix blocks)")
+    parser.add_argument("--seeds", default="0", help="comma-separated; one round per seed")
+    parser.add_argument("--families", type=int, default=6)
+    parser.add_argument("--requests", type=int, default=36, help="family requests per seed")
+    parser.add_argument("--prefix-tokens", type=int, default=1792)
+    parser.add_argument("--question-tokens", type=int, default=192)
+    parser.add_argument("--sessions", type=int, default=3)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--concurrency", type=int, default=4, help="family requests in flight")
+    parser.add_argument("--kv-blocks", type=int, default=400,
+                        help="KV blocks (32 tokens) per replica (400: 2 running ~2k-token "
+                             "requests plus about half of the families' and sessions' prefixes)")
     parser.add_argument("--max-num-seqs", type=int, default=2,
                         help="requests a replica runs at once, the rest queue (0: vLLM's)")
     parser.add_argument("--pipeline", default="identity")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--routers", default="pow2,pd_router,pd_router:load_slack_tokens=0",
+    parser.add_argument("--routers", default="pow2,pd_router",
                         help="pow2 and pd_router, the latter with PDRequestRouter arguments "
                              "after a colon (pd_router:load_slack_tokens=0,balance_epsilon=0.2)")
     parser.add_argument("--png", type=Path, default=None,
-                        help="render the dashboard's panels from the pd_router run here")
-    parser.add_argument("--parallel", action="store_true",
-                        help="measure each pd_router setting at the same time as a pow2 app "
-                             "of its own, on the same requests (the machine's noise hits both "
-                             "alike; 4 engines at once)")
+                        help="render the dashboard's panels from the last pd_router run here")
     parser.add_argument("--port", type=int, default=8000)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run_seed(seed: int, args, *, cluster, model: str, tokens: list[int],
+              routers: list[str], png: Path | None) -> dict:
+    from ray import serve
+
+    work = build_workload(tokens, seed=seed, families=args.families, requests=args.requests,
+                          prefix_tokens=args.prefix_tokens, question_tokens=args.question_tokens,
+                          sessions=args.sessions, turns=args.turns, system_tokens=256,
+                          task_tokens=768, step_tokens=320, tool_s=(0.5, 2.0))
+    rounds, results = _rounds(routers), {}
+    for specs in rounds:
+        apps, deploy_s = [], {}
+        for spec in specs:  # one at a time: each returns once its replicas are up
+            started = time.monotonic()
+            apps.append(deploy_app(spec, model=model, cluster=cluster, kv_blocks=args.kv_blocks,
+                                   max_num_seqs=args.max_num_seqs, pipeline=args.pipeline))
+            deploy_s[spec] = time.monotonic() - started
+        record = next((a for a in apps if a.spec == routers[-1]), None) if png else None
+        try:
+            measured = measure(apps, model=model, work=work, concurrency=args.concurrency,
+                               record=record)
+        finally:
+            for app in apps:
+                serve.delete(app.name)
+        ours = next((spec for spec in specs if spec != "pow2"), None)
+        for spec, result in measured.items():
+            series = result.pop("_series")
+            if series is not None:
+                render_dashboard(series, png, "llm-serving-policies on Ray Serve: dashboard "
+                                 f"panels from a live run ({spec}, seed {seed})")
+            result["deploy_s"] = deploy_s[spec]
+            solo = len(rounds) == 1 or len(specs) == 1
+            results[spec if spec != "pow2" or solo else f"pow2 (beside {ours})"] = result
+    return {"routers": results, "vs_pow2": _versus(results)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from transformers import AutoTokenizer
 
     from integrations.ray_serve.cluster import LocalCluster
-    from integrations.vllm_v1.instruments import tiny_model_dir
+    from integrations.vllm_v1.instruments.tiny_model import TinyModelSpec, tiny_model_dir
 
-    model = str(tiny_model_dir("random"))
-    requests = workload(args.families, args.requests, args.seed)
+    model = str(tiny_model_dir("dummy", spec=TinyModelSpec(**MODEL_SPEC)))
+    tokens = corpus_tokens(AutoTokenizer.from_pretrained(model))
     routers = _router_specs(args.routers)
+    seeds = [int(seed) for seed in args.seeds.split(",")]
     out: dict = {"config": {k: (str(v) if isinstance(v, Path) else v)
-                            for k, v in vars(args).items()}, "routers": {}}
+                            for k, v in vars(args).items()},
+                 "model": MODEL_SPEC, "seeds": {}}
+    args.out.mkdir(parents=True, exist_ok=True)
     with LocalCluster(nodes=2, http_port=args.port) as cluster:
         out["cluster_startup_s"] = cluster.startup_s
-        rounds = _rounds(routers, args.parallel)
-        for specs in rounds:
-            apps = [deploy_app(spec, model=model, cluster=cluster, kv_blocks=args.kv_blocks,
-                               max_num_seqs=args.max_num_seqs, pipeline=args.pipeline)
-                    for spec in specs]
-            record = next((a for a in apps if a.spec == routers[-1]), None) if args.png else None
-            try:
-                results = measure(apps, model=model, requests=requests,
-                                  concurrency=args.concurrency, record=record)
-            finally:
-                from ray import serve
-
-                for app in apps:
-                    serve.delete(app.name)
-            ours = next((spec for spec in specs if spec != "pow2"), None)
-            for spec, result in results.items():
-                series = result.pop("_series")
-                if series is not None:
-                    render_dashboard(series, args.png, "llm-serving-policies on Ray Serve: "
-                                     f"dashboard panels from a live run ({spec}, tiny model)")
-                label = spec if spec != "pow2" or len(rounds) == 1 or len(specs) == 1 \
-                    else f"pow2 (beside {ours})"
-                out["routers"][label] = result
-    out["vs_pow2"] = {}
-    for label, mine in out["routers"].items():
-        if label.startswith("pow2"):
-            continue
-        theirs = out["routers"].get(f"pow2 (beside {label})", out["routers"].get("pow2"))
-        if theirs is not None:
-            out["vs_pow2"][label] = {
-                "ttft_p50_ratio": mine["ttft_p50_s"] / theirs["ttft_p50_s"],
-                "ttft_p99_ratio": mine["ttft_p99_s"] / theirs["ttft_p99_s"],
-                "hit_rate_delta": mine["prefix_cache_hit_rate"]
-                - theirs["prefix_cache_hit_rate"]}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ray_serve_live.json").write_text(json.dumps(out, indent=2) + "\n")
-    for router, result in out["routers"].items():
-        print(f"{router:36} TTFT p50 {result['ttft_p50_s'] * 1000:7.1f} ms  p99 "
-              f"{result['ttft_p99_s'] * 1000:7.1f} ms  prefix-cache hit rate "
-              f"{result['prefix_cache_hit_rate']:.3f}  replicas/family "
-              f"{result['replicas_per_family_mean']:.2f}  completed {result['completed']}"
-              f"/{result['requests']}")
+        for seed in seeds:
+            out["seeds"][str(seed)] = _run_seed(
+                seed, args, cluster=cluster, model=model, tokens=tokens, routers=routers,
+                png=args.png if seed == seeds[-1] else None)
+            (args.out / "ray_serve_live.json").write_text(json.dumps(out, indent=2) + "\n")
+    plot_runs(out["seeds"], args.out / "ray_serve_live.png")
+    for seed, run in out["seeds"].items():
+        for router, result in run["routers"].items():
+            print(f"seed {seed} {router:24} TTFT p50 {result['ttft_p50_s'] * 1000:7.1f} ms  "
+                  f"p99 {result['ttft_p99_s'] * 1000:7.1f} ms  hit rate "
+                  f"{result['prefix_cache_hit_rate']:.3f}  replicas/family "
+                  f"{result['replicas_per_family_mean']:.2f}  /session "
+                  f"{result['replicas_per_session_mean']:.2f}  completed "
+                  f"{result['completed']}/{result['requests']}")
+        for router, versus in run["vs_pow2"].items():
+            print(f"seed {seed} {router} vs pow2: TTFT p99 x{versus['ttft_p99_ratio']:.2f}, "
+                  f"hit rate {versus['hit_rate_delta']:+.3f}")
     return 0
 
 
