@@ -22,7 +22,8 @@ PROTECTED and age normally. PINNED holds at most ``max_pinned_fraction`` of the 
 turn finishing while it is full is not pinned (older pins are not pushed out, so a subset of
 the sessions stays cached instead of all of them taking turns to miss, LRU's loop failure),
 and pinned blocks are evicted when nothing else is left (early release under pressure).
-The shadows do not pin.
+The shadows do not pin, and do not hear the waiting queue (`SegmentedLRU.keep_waiting`:
+blocks a waiting request will hit are kept after pins).
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ class DuelingSLRU(SegmentedLRU):
         elif len(self._entries) > self._capacity:
             self._capacity = float(len(self._entries))
         pinned = self._segments[Segment.PINNED]
-        if pinned and len(pinned) == len(self):  # only pins left: the farthest return goes
+        if pinned and len(pinned) + len(self._segments[Segment.WANTED]) == len(self):
+            # only pins (and blocks waiting requests want) left: the farthest return goes
             pinned.move_to_end(self._farthest_pin(), last=False)
         key = super().evict()
         self._pinned_until.pop(key, None)
@@ -224,7 +226,7 @@ class DuelingSLRU(SegmentedLRU):
                 if self.segment_of(key) is Segment.PINNED:
                     self._unpin(key)
                     self._counts["pins_expired"] += 1
-                else:  # orphaned while pinned
+                else:  # orphaned, or wanted by a waiting request, while pinned
                     del self._pinned_until[key]
 
     def _farthest_pin(self) -> Hashable:
@@ -233,7 +235,8 @@ class DuelingSLRU(SegmentedLRU):
         heap = self._far_heap
         while True:
             until, seq, key = heap[0]
-            if self._pinned_until.get(key) == (-until, -seq):
+            if (self._pinned_until.get(key) == (-until, -seq)
+                    and self._entries[key].segment is Segment.PINNED):  # not WANTED since
                 break
             heapq.heappop(heap)
         descended = True
@@ -248,10 +251,7 @@ class DuelingSLRU(SegmentedLRU):
     def _unpin(self, key: Hashable) -> None:
         """``key``'s pin is over: it ages normally from now on."""
         del self._segments[Segment.PINNED][key], self._pinned_until[key]
-        entry = self._entries[key]
-        reused = entry.uses >= self.promote_after_uses
-        self._put(key, entry, Segment.PROTECTED if reused else Segment.PROBATION)
-        self._after_release()
+        self._replace(key, self._entries[key])
 
     def _observe(self, key: Hashable, parent: Hashable | None, *, release: bool) -> None:
         """A sampled ``key`` was accessed: feed both shadows, follow the leader."""

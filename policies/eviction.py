@@ -30,13 +30,15 @@ Every order evicts in segment order, front to back within a segment::
     PROTECTED  reused blocks, least recently released first (SegmentedLRU only)
     PINNED     blocks kept for a session's next turn, oldest pin first (DuelingSLRU
                with session pins only)
+    WANTED     blocks a waiting request will hit, least recently wanted first
+               (SegmentedLRU with ``keep_waiting``, told by `WaitingHints`)
 """
 
 from __future__ import annotations
 
 import enum
 from collections import OrderedDict
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -52,6 +54,7 @@ class Segment(enum.IntEnum):
     PROBATION = 2
     PROTECTED = 3
     PINNED = 4
+    WANTED = 5
 
 
 @runtime_checkable
@@ -101,6 +104,23 @@ class RetentionHints(Protocol):
     def observe_prompt(self, tenant: str, root: Hashable, version: str | None = None) -> int:
         """A request of ``tenant`` opens with the cached block ``root`` (of prompt ``version``,
         if the client said); returns how many blocks of stale prompts were demoted."""
+        ...
+
+
+@runtime_checkable
+class WaitingHints(Protocol):
+    """Optional hints for an `EvictionOrder`: the blocks the waiting requests' prompts open
+    with, so that the order keeps them (`SegmentedLRU.keep_waiting`)."""
+
+    keep_waiting: bool
+    """Whether the order uses the hints (the caller skips them when not)."""
+
+    def expect(self, keys: Sequence[Hashable]) -> None:
+        """A request whose prompt's blocks are ``keys`` started waiting."""
+        ...
+
+    def unexpect(self, keys: Sequence[Hashable]) -> None:
+        """The request `expect` was told ``keys`` of stopped waiting (it started, or left)."""
         ...
 
 
@@ -157,6 +177,10 @@ class EvictionStats:
     """Blocks of a finished turn not pinned because PINNED held its share of the cache
     (pins released early under pressure are the evictions from PINNED in
     ``evictions_by_segment``)."""
+    wanted_blocks: int = 0
+    """Blocks in WANTED (a waiting request will hit them)."""
+    wanted_hits: int = 0
+    """Prefix hits on blocks in WANTED: hits of waiting requests on blocks kept for them."""
     evictions_by_segment: tuple[tuple[str, int], ...] = ()
     """``(segment name, evictions from it)`` for each segment, in eviction order."""
 
@@ -191,7 +215,7 @@ class LRU:
     _counts: dict[str, int] = attrs.field(init=False, repr=False, factory=lambda: dict.fromkeys(
         ("releases", "acquires", "evictions", "promotions", "demotions", "orphaned",
          "evicted_with_children", "shielded", "retained_cancelled", "demoted_stale", "pins",
-        "pin_hits", "pins_expired", "pins_refused"), 0))
+        "pin_hits", "pins_expired", "pins_refused", "wanted_hits"), 0))
     _evicted_from: list[int] = attrs.field(init=False, repr=False,
                                            factory=lambda: [0] * len(Segment))
 
@@ -255,6 +279,8 @@ class LRU:
         entry = self._entries.get(key)
         if entry is None or entry.segment is None:
             raise KeyError(f"key {key!r} is not evictable")
+        if entry.segment is Segment.WANTED:
+            self._counts["wanted_hits"] += 1
         del self._segments[entry.segment][key]
         entry.segment = None
         entry.uses += 1
@@ -336,6 +362,7 @@ class LRU:
             uncached_blocks=sizes[Segment.UNCACHED], orphan_blocks=sizes[Segment.ORPHAN],
             probation_blocks=sizes[Segment.PROBATION],
             protected_blocks=sizes[Segment.PROTECTED], pinned_blocks=sizes[Segment.PINNED],
+            wanted_blocks=sizes[Segment.WANTED],
             evictions_by_segment=tuple((s.name.lower(), n)
                                        for s, n in zip(Segment, self._evicted_from, strict=True)),
             **self._counts)
@@ -427,7 +454,10 @@ class SegmentedLRU(LRU):
 
     Hints (`RetentionHints`): a cancelled request's blocks (`release_cancelled`) go to
     PROTECTED when ``retain_cancelled``; with ``prompt_versions``, `observe_prompt`
-    demotes the chains of prompts a tenant replaced (`demote_chain`).
+    demotes the chains of prompts a tenant replaced (`demote_chain`). Waiting queue
+    (`WaitingHints`, ``keep_waiting``): a block of a waiting request's prompt waits in
+    WANTED, evicted after every other segment, until no waiting request wants it; O(1)
+    per key told.
 
     Defaults were tuned on the Mooncake conversation trace
     (`benchmarks.cache_replay`): a small PROBATION (2 %) filters one-shot
@@ -458,6 +488,12 @@ class SegmentedLRU(LRU):
     (`observe_prompt`), it names roots that went stale, and their chains are demoted
     (`demote_chain`). ``None``: off."""
 
+    keep_waiting: bool = True
+    """Waiting-queue awareness: blocks that a waiting request's prompt opens with
+    (`expect`) are the last to be evicted."""
+
+    _wanted: dict = attrs.field(init=False, repr=False, factory=dict)
+    """Key -> how many waiting requests' prompts hold it (cached or not)."""
     _history: OrderedDict = attrs.field(init=False, repr=False, factory=OrderedDict)
     _peak_tracked: int = attrs.field(init=False, repr=False, default=0)
     """Most keys tracked at any eviction (the cache's size, once it has filled)."""
@@ -484,6 +520,55 @@ class SegmentedLRU(LRU):
             self._counts["promotions"] += 1
             return Segment.PROTECTED
         return Segment.PROBATION
+
+    def expect(self, keys: Sequence[Hashable]) -> None:
+        """A request whose prompt's blocks are ``keys`` waits: each evictable one that a
+        request may hit (not an orphan) moves to WANTED; O(len(keys))."""
+        if not self.keep_waiting:
+            return
+        wanted, entries, segments = self._wanted, self._entries, self._segments
+        for key in keys:
+            count = wanted.get(key, 0)
+            wanted[key] = count + 1
+            entry = entries.get(key) if not count else None
+            if entry is not None and entry.segment is not None and entry.segment > Segment.ORPHAN:
+                del segments[entry.segment][key]
+                self._put(key, entry, Segment.WANTED)
+
+    def unexpect(self, keys: Sequence[Hashable]) -> None:
+        """The request `expect` was told ``keys`` of no longer waits: a key no other waiting
+        request wants leaves WANTED as a release would place it; O(len(keys)).
+
+        Raises:
+            KeyError: if a key is not expected (unexpected more often than expected).
+        """
+        if not self.keep_waiting:
+            return
+        wanted, entries = self._wanted, self._entries
+        for key in keys:
+            count = wanted.get(key)
+            if count is None:
+                raise KeyError(f"key {key!r} is not expected by a waiting request")
+            if count > 1:
+                wanted[key] = count - 1
+                continue
+            del wanted[key]
+            entry = entries.get(key)
+            if entry is not None and entry.segment is Segment.WANTED:
+                del self._segments[Segment.WANTED][key]
+                self._replace(key, entry)
+
+    def _replace(self, key: Hashable, entry: _Entry) -> None:
+        """Put an evictable key that left WANTED or PINNED where a release would: PROTECTED
+        if reused, else PROBATION; rebalance."""
+        reused = entry.uses >= self.promote_after_uses
+        self._put(key, entry, Segment.PROTECTED if reused else Segment.PROBATION)
+        self._after_release()
+
+    def _put(self, key: Hashable, entry: _Entry, segment: Segment, front: bool = False) -> None:
+        if self._wanted and key in self._wanted and segment > Segment.ORPHAN:
+            segment, front = Segment.WANTED, False
+        super()._put(key, entry, segment, front)
 
     def _protected_limit(self) -> int:
         """The most keys the protected segment may hold; the rest are demoted."""
@@ -557,7 +642,14 @@ class SegmentedLRU(LRU):
         return len(chain)
 
     def check_invariants(self) -> None:
-        """Assert the base invariants and that orphans have no parent left."""
+        """Assert the base invariants, that orphans have no parent left and that WANTED
+        holds exactly the evictable keys a waiting request may hit."""
         super().check_invariants()
         for key in self._segments[Segment.ORPHAN]:
             assert self._entries[key].parent is None, key
+        for key in self._segments[Segment.WANTED]:
+            assert self._wanted.get(key, 0) > 0, key
+        for key, count in self._wanted.items():
+            assert count > 0, (key, count)
+            segment = self.segment_of(key)
+            assert segment is None or segment <= Segment.ORPHAN or segment is Segment.WANTED, key

@@ -145,6 +145,7 @@ class _Oracle:
         self.ghost = []  # [key, uses], oldest first
         self.peak = 0
         self.links = {}  # parent -> children in link order
+        self.wanted = {}  # key -> waiting requests that expect it
 
     def _ghost_uses(self, key):
         for i, (k, uses) in enumerate(self.ghost):
@@ -157,6 +158,8 @@ class _Oracle:
         self.entries[key] = {"uses": 1 + self._ghost_uses(key), "segment": None, "parent": None}
 
     def _place(self, key, segment, front=False):
+        if self.wanted.get(key) and segment > Segment.ORPHAN:
+            segment, front = Segment.WANTED, False
         self.entries[key]["segment"] = segment
         self.lists[segment].insert(0, key) if front else self.lists[segment].append(key)
 
@@ -195,6 +198,30 @@ class _Oracle:
                     self.links.setdefault(parent, []).append(key)
         self._place(key, Segment.PROTECTED if protect or entry["uses"] >= self.promote
                     else Segment.PROBATION)
+        self._rebalance()
+
+    def expect(self, keys):
+        for key in keys:
+            self.wanted[key] = self.wanted.get(key, 0) + 1
+            entry = self.entries.get(key)
+            if entry and entry["segment"] in (Segment.PROBATION, Segment.PROTECTED):
+                self.lists[entry["segment"]].remove(key)
+                self._place(key, Segment.WANTED)
+
+    def unexpect(self, keys):
+        for key in keys:
+            self.wanted[key] -= 1
+            if self.wanted[key]:
+                continue
+            del self.wanted[key]
+            entry = self.entries.get(key)
+            if entry and entry["segment"] is Segment.WANTED:
+                self.lists[Segment.WANTED].remove(key)
+                self._place(key, Segment.PROTECTED if entry["uses"] >= self.promote
+                            else Segment.PROBATION)
+                self._rebalance()
+
+    def _rebalance(self):
         limit = max(1, int(self.fraction * len(self)))
         while len(self.lists[Segment.PROTECTED]) > limit:
             demoted = self.lists[Segment.PROTECTED].pop(0)
@@ -269,6 +296,26 @@ class SegmentedLRUMachine(RuleBasedStateMachine):
         super().__init__()
         self.real = SegmentedLRU(protected_fraction=0.5, history_factor=1.0)
         self.oracle = _Oracle(0.5, 2, 1.0)
+        self.waiting = []  # the keys of each waiting request, told to both
+
+    @rule(prompt=st.lists(keys, max_size=4))
+    def expect(self, prompt):
+        self.real.expect(prompt)
+        self.oracle.expect(prompt)
+        self.waiting.append(prompt)
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def unexpect(self, data):
+        prompt = self.waiting.pop(data.draw(st.integers(0, len(self.waiting) - 1)))
+        self.real.unexpect(prompt)
+        self.oracle.unexpect(prompt)
+
+    @rule(key=keys)
+    def unexpect_unknown(self, key):
+        if not any(key in prompt for prompt in self.waiting):
+            with pytest.raises(KeyError, match="is not expected by a waiting request"):
+                self.real.unexpect([key])
 
     @rule(key=keys, parent=st.none() | keys, protect=st.booleans())
     def release(self, key, parent, protect):

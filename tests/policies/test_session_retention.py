@@ -78,8 +78,36 @@ def test_a_finished_turn_is_pinned_and_evicted_after_everything_else():
     assert order.segment_of("a1") is Segment.PINNED
     assert [order.evict() for _ in range(4)] == ["x2", "x1", "a2", "a1"]
     stats = order.stats()
-    assert (stats.pins, stats.evictions_by_segment[-1]) == (2, ("pinned", 2))
+    assert (stats.pins, dict(stats.evictions_by_segment)["pinned"]) == (2, 2)
     order.check_invariants()
+
+
+def test_blocks_a_waiting_request_wants_go_after_pins_and_return_once_it_starts():
+    order = pinned_order(max_pinned_fraction=1.0)
+    release_chain(order, ["x1", "x2"])
+    release_chain(order, ["w1"])
+    finish_turn(order, "a", ["a1", "a2"], now=0.0)
+    order.expect(["a1", "w1", "new"])  # a waiting prompt: a pinned block, an aged one, a miss
+    assert order.segment_of("a1") is order.segment_of("w1") is Segment.WANTED
+    assert order.segment_of("a2") is Segment.PINNED
+    order.check_invariants()
+    assert [order.evict() for _ in range(3)] == ["x2", "x1", "a2"]  # pins before WANTED
+    order.unexpect(["a1", "w1", "new"])  # it started without hitting them: they age again
+    assert order.segment_of("a1") is order.segment_of("w1") is Segment.PROBATION
+    order.turn_started("b", ["b1"], now=100.0)  # a1's pin expires while it is not pinned
+    assert (order.evict(), order.stats().wanted_blocks) == ("a1", 0)
+    order.check_invariants()
+
+
+def test_a_hit_on_a_wanted_block_is_counted():
+    order = DuelingSLRU()
+    release_chain(order, ["s1", "s2"])
+    order.expect(["s1", "s2", "q3"])
+    order.acquire("s1")
+    order.acquire("s2")
+    order.unexpect(["s1", "s2", "q3"])
+    assert (order.stats().wanted_hits, order.stats().wanted_blocks) == (2, 0)
+    assert DuelingSLRU(keep_waiting=False).expect(["s1"]) is None  # off: nothing moves
 
 
 def test_a_pin_expires_after_slack_times_the_predicted_gap():
