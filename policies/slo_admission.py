@@ -614,22 +614,37 @@ class SLOAdmission:
                 return when
         return math.inf
 
+    def _slot_ready_s(self, load: LoadSnapshot, ahead: int) -> float:
+        """When a slot is free for a request with ``ahead`` admitted, unstarted requests
+        before it in EDF order: now while the running requests and those leave a slot; else
+        when enough admitted requests will have finished (as in `kv_ready_s`); ``inf`` if
+        they cannot free enough; now when the slot count is unknown."""
+        need = load.running_requests + ahead + 1 - (load.max_running_requests or math.inf)
+        if need <= 0:
+            return load.now
+        rate, step_s = self._rate_and_step(load)
+        tpot_s = getattr(self.step_model, "recent_step_s", None) or step_s
+        releases = self.ledger.kv_releases(load.now, tpot_s, rate)
+        return releases[int(need) - 1][0] if need <= len(releases) else math.inf
+
     def _late(self, load: LoadSnapshot, due: float, share: float, tokens: float,
               kv_ready_s: float | None = None) -> tuple[float, float]:
         """``(lateness of a new request, most lateness it adds to an admitted one due later
         that was on time)`` under EDF; each request is planned on its share of the rate, and
-        lateness <= 0 is on time."""
+        lateness <= 0 is on time. A new request starts once KV (``kv_ready_s``) and a slot
+        (`_slot_ready_s`) are free for it."""
         rate, step_s = self._rate_and_step(load)
         equivalents = self.step_model.prefill_token_equivalents
         items = sorted((*self._deadlines.get(rid, (math.inf, 1.0)), equivalents(work, context))
                        for rid, work, context in self.ledger.with_prefill())
         own_late, added, ahead = -math.inf, -math.inf, 0.0
-        placed = False
+        placed, before = False, 0
         for item_due, item_share, work in items:
             if not placed and due < item_due:
                 placed = True
                 own_late = load.now + (ahead + tokens) / (rate * share) + step_s - due
             ahead += work
+            before += not placed
             if placed and item_due < math.inf:
                 item_rate = rate * item_share
                 was = load.now + ahead / item_rate + step_s - item_due
@@ -638,8 +653,11 @@ class SLOAdmission:
                     added = max(added, late)
         if not placed:
             own_late = load.now + (ahead + tokens) / (rate * share) + step_s - due
-        if kv_ready_s is not None and kv_ready_s > load.now:  # it starts once KV frees up
-            own_late = max(own_late, kv_ready_s + tokens / (rate * share) + step_s - due)
+        # it starts once KV and a slot are free (unstarted requests ahead of it want slots)
+        unstarted = max(0, before - (load.running_requests - len(self.ledger.decoding_ids())))
+        ready = max(kv_ready_s or load.now, self._slot_ready_s(load, unstarted))
+        if ready > load.now:
+            own_late = max(own_late, ready + tokens / (rate * share) + step_s - due)
         return own_late, added
 
     def _work(self, request: RequestView) -> float:

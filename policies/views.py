@@ -51,3 +51,5 @@ class LoadSnapshot:
     """Tokens the engine may schedule in one step (``max_num_batched_tokens``)."""
     kv_capacity_tokens: int | None = None
     """Tokens the KV cache holds in all (blocks times block size); None where unknown."""
+    max_running_requests: int | None = None
+    """Requests the engine runs at once at most (``max_num_seqs``); None where unknown."""

@@ -7,6 +7,8 @@
   request is admitted when the replay's SLO of its length class (short: first token in
   0.5 s, long: 5 s) and the Gold tier's TPOT bound (36 ms, while a priority -1 request decodes)
   stay feasible, with the step model fitted to the H100 cost model.
+- `slo_without_preemption`: the product ``slo`` preset with slot preemption declared off
+  (``"preemption": false``), its ablation.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from benchmarks.replay.metrics import DEFAULT_SLOS, SHORT_PROMPT_TOKENS
 from benchmarks.replay.step_time import fit_step_time_model
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.presets import default_pipeline
+from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import PrefillLedger, SLOAdmission, SLOTarget, StepPrefillBudget, TokenCaps
 
@@ -51,3 +54,8 @@ def slo_protected(gpu: str = "h100", max_num_seqs: int = 256) -> Pipeline:
         length_classes=((SHORT_PROMPT_TOKENS - 1, "short"), (2**31, "long")))
     return attrs.evolve(pipeline, admission=admission,
                         rate=TokenCaps(policies=(*pipeline.rate.policies, ledger)))
+
+
+def slo_without_preemption() -> Pipeline:
+    """The ``slo`` preset with the replay's default declaration and slot preemption off."""
+    return slo_pipeline(SLOSpec.parse({"preemption": False}))

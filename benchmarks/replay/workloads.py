@@ -11,6 +11,7 @@ import os
 from benchmarks.replay.agent_sessions import PROFILES, agent_trace
 from benchmarks.replay.datasets import BUILTIN_TRACES, _read_trace
 from benchmarks.replay.enterprise import enterprise_trace
+from benchmarks.replay.reasoning import reasoning_trace
 from benchmarks.replay.trace import Trace
 
 TENANT_WEIGHTS = {
@@ -25,7 +26,7 @@ TENANT_WEIGHTS = {
 AGENT_WORKLOADS = {f"agent-{name}": name for name in PROFILES}
 """Generated agent-session workloads (`benchmarks.replay.agent_sessions`), seed 0, 3,000 calls
 unless ``max_requests`` says otherwise."""
-WORKLOADS = (*BUILTIN_TRACES, "enterprise", *AGENT_WORKLOADS)
+WORKLOADS = (*BUILTIN_TRACES, "enterprise", "reasoning", *AGENT_WORKLOADS)
 """Names `load_workload` accepts besides file paths."""
 
 
@@ -33,7 +34,8 @@ def load_workload(name_or_path: str | os.PathLike[str], *, format: str = "auto",
                   max_requests: int | None = None) -> Trace:
     """The one way to load a trace: a built-in trace (`BUILTIN_TRACES`), the synthetic
     ``enterprise`` workload, a generated agent-session workload (``agent-swe``,
-    ``agent-bfcl``), or a trace file in any supported format.
+    ``agent-bfcl``), the ServeGen ``reasoning`` workload (`reasoning_trace`, seed 0, 3,000
+    requests unless ``max_requests`` says otherwise), or a trace file in any supported format.
 
     Args:
         name_or_path: one of `WORKLOADS` or a file path.
@@ -47,6 +49,8 @@ def load_workload(name_or_path: str | os.PathLike[str], *, format: str = "auto",
     """
     if name_or_path in AGENT_WORKLOADS:
         return agent_trace(AGENT_WORKLOADS[name_or_path], num_requests=max_requests or 3000)
+    if name_or_path == "reasoning":
+        return reasoning_trace(max_requests or 3000)
     if name_or_path == "enterprise":
         trace = enterprise_trace()
         return trace if max_requests is None else trace.head(max_requests)

@@ -284,6 +284,33 @@ def test_a_request_waits_for_kv_until_enough_decoding_requests_finish():
     ledger.check_invariants()
 
 
+def test_with_every_slot_taken_a_request_starts_when_an_admitted_one_finishes():
+    admission = policy()
+    ledger = admission.ledger
+    running = [RequestView(request_id=f"run{i}", arrival_s=0.0, prompt_tokens=100,
+                           max_output_tokens=out, slo_class="bronze")
+               for i, out in enumerate((400, 200))]
+    for request in running:
+        ledger.on_admitted(request, 0.0)
+        admission.on_admitted(request, 0.0)
+        ledger.on_scheduled(request, 100, 0.0)  # both decode from now on
+    step_s = MODEL.step_s(1, PER_STEP)
+    new = view("new", 100, slo_class="gold")
+
+    def slots(max_running):
+        return LoadSnapshot(now=0.0, waiting_requests=0, running_requests=2, kv_usage=0.1,
+                            token_budget=8192, max_running_requests=max_running)
+
+    free = admission.predict_ttft_s(new, slots(3))
+    assert free < 0.1  # a slot is free: its prefill and one step
+    # both slots taken: it starts when the shorter request ends, 200 tokens on
+    full = admission.predict_ttft_s(new, slots(2))
+    assert full == pytest.approx(200 * step_s + free, rel=0.05)
+    assert admission.decide(new, slots(2)).verdict is SLOVerdict.REJECT  # 10 s > gold's 0.5 s
+    assert admission.decide(new, slots(3)).verdict is SLOVerdict.ADMIT
+    assert admission.predict_ttft_s(new, slots(None)) == free, "no slot count: none assumed"
+
+
 def test_first_tokens_later_than_predicted_lower_the_headroom_and_earlier_ones_raise_it():
     admission = policy(feedback_window=20, headroom=0.9)
     ledger = admission.ledger

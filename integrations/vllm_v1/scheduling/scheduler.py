@@ -290,6 +290,7 @@ class PolicySchedulerMixin:
             kv_usage=self.kv_cache_manager.usage,
             token_budget=self.max_num_scheduled_tokens,
             kv_capacity_tokens=self.kv_cache_config.num_blocks * self.block_size,
+            max_running_requests=self.max_num_running_reqs,
         )
 
     # -- admission ------------------------------------------------------------
