@@ -7,7 +7,7 @@ engine replica serves vLLM's metrics and the pipeline's on its own port (see
 (`TargetsDirectory`).
 
 * ``policies:router_decisions_total{deployment,reason}``: one per routed request; reason
-  ``affinity`` / ``spillover`` / ``least_loaded`` (`policies.pd_router.RouteReason`), or
+  ``affinity`` / ``session`` / ``spillover`` / ``least_loaded`` (`policies.pd_router.RouteReason`), or
   ``fallback`` when Ray Serve sent the request to another replica than the one chosen
   (the chosen one was full or had just died).
 * ``policies:router_failovers_total{deployment}``: decisions that avoided a replica
@@ -52,7 +52,7 @@ INGRESS_RETRIES = Counter("policies:ingress_retries",
                           "Attempts repeated on another replica after a replica failed",
                           ["deployment"], registry=REGISTRY)
 
-ROUTE_REASONS = ("affinity", "spillover", "least_loaded", "unavailable", "fallback")
+ROUTE_REASONS = ("affinity", "session", "spillover", "least_loaded", "unavailable", "fallback")
 OUTCOMES = ("completed", "rejected", "cancelled")
 REJECTION_REASONS = ("invalid_request", "replica_failed", "engine_error")
 ENDPOINTS = ("completions", "chat/completions")
