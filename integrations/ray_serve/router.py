@@ -175,11 +175,12 @@ class PDRequestRouter(RequestRouter):
         """The `PDRouter`'s replica first, then every other candidate, least loaded first."""
         if not candidate_replicas:
             return []
+        queue_lens = await self._queue_lens(candidate_replicas)  # the only wait: state after it
         self._sync_pool(candidate_replicas)
         by_name = {r.replica_id.unique_id: r for r in candidate_replicas}
         request_id = pending_request.metadata.internal_request_id if pending_request else ""
         remembered = self._pending.pop(request_id, None) if request_id else None
-        loads = self._loads(candidate_replicas, await self._queue_lens(candidate_replicas))
+        loads = self._loads(candidate_replicas, queue_lens)  # without this request itself
         if remembered is not None:
             self._pending[request_id] = remembered
         if remembered is not None and remembered[0] in by_name:
