@@ -134,8 +134,10 @@ class DuelingSLRU(SegmentedLRU):
         return "lru" if self._lru_mode else "slru"
 
     def acquire(self, key: Hashable) -> None:
-        """As `SegmentedLRU.acquire`; both shadows see an access of ``key``."""
-        if key in self._pinned_until and self.segment_of(key) is Segment.PINNED:
+        """As `SegmentedLRU.acquire`; both shadows see an access of ``key``; a hit on a pinned
+        key (also one in WANTED since) counts in ``pin_hits``."""
+        segment = self.segment_of(key)  # a pinned block a waiting request wanted since
+        if key in self._pinned_until and segment is not None and segment >= Segment.PINNED:
             self._counts["pin_hits"] += 1
             del self._pinned_until[key]
         super().acquire(key)

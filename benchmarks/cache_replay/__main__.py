@@ -14,7 +14,9 @@ Writes ``OUT/summary.json`` (``{"trace", "results": [{"policy", "cache_blocks",
 read from `integrations.vllm_v1.config.presets`, so the comparison measures the
 product), the adaptive candidates of `benchmarks.cache_replay.candidates` (``arc``,
 ``lecar``, ``lecar-crlfu``, ``density``), ``opt`` (Belady's offline optimum).
-``--slice START:STOP`` replays a window of the trace's requests; ``--prefix-model
+``--waiting N`` queues the next N requests behind each one served and tells an order with
+waiting-queue awareness (`SegmentedLRU.keep_waiting`: ``slru``, ``dueling*``, ``shipped``)
+their blocks; 0 (the default) is off. ``--slice START:STOP`` replays a window of the trace's requests; ``--prefix-model
 enterprise`` gives a trace without prefix hashes (Azure) the chains of
 `benchmarks.cache_replay.prefix_models`.
 """
@@ -64,14 +66,17 @@ ORDERS: dict[str, Callable[[], EvictionOrder]] = {
 POLICIES = (*ORDERS, "opt")
 
 
-def run(chains: list, cache_blocks: int, policy: str, turns: list | None = None) -> ReplayResult:
+def run(chains: list, cache_blocks: int, policy: str, turns: list | None = None,
+        waiting: int = 0) -> ReplayResult:
     """One policy at one size (``policy`` in `POLICIES`); ``turns`` are the requests'
-    ``(session_id, arrival_s)``, heard by an order with session pins."""
+    ``(session_id, arrival_s)``, heard by an order with session pins; ``waiting`` the
+    queue depth an order with waiting-queue awareness hears (0: off)."""
     if policy == "opt":
         return replay_opt(chains, cache_blocks)
     if policy not in ORDERS:
         raise ValueError(f"unknown policy {policy!r}: use {', '.join(POLICIES)}")
-    return replay_order(chains, cache_blocks, ORDERS[policy](), policy, turns=turns)
+    return replay_order(chains, cache_blocks, ORDERS[policy](), policy, turns=turns,
+                        waiting=waiting)
 
 
 def gap_closed(results: list[ReplayResult], policy: str = "slru") -> dict[str, float]:
@@ -126,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "a cold cache with one warmed by PrefixWarmer (see `restart`)")
     parser.add_argument("--window", type=int, default=500,
                         help="requests measured after the restart")
+    parser.add_argument("--waiting", type=int, default=0, metavar="N",
+                        help="requests queued behind each one served, told to orders with "
+                             "waiting-queue awareness (0: off)")
     parser.add_argument("--out", type=Path, required=True)
     return parser
 
@@ -146,10 +154,11 @@ def main(argv: list[str] | None = None) -> dict:
     if not any(chains):
         raise SystemExit(f"trace {trace.name} has no block_hashes (try --prefix-model)")
     turns = [(request.session_id, request.arrival_s) for request in trace.requests]
-    results = [run(chains, size, policy, turns)
+    results = [run(chains, size, policy, turns, args.waiting)
                for size in args.cache_blocks for policy in policies]
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"trace": trace.name, "slice": args.slice, "prefix_model": args.prefix_model,
+               "waiting": args.waiting,
                "block_size": 16 if args.prefix_model else trace.block_size,
                "requests": len(chains), "results": [attrs.asdict(r) for r in results],
                "gap_closed": gaps_closed(results)}

@@ -17,6 +17,12 @@ With ``turns`` (each request's ``session_id`` and arrival time), an order that t
 `SessionHints` hears each request's arrival (``turn_started``) and, once its blocks are
 released, its end (``turn_finished``, at the same time: the replay has no service time).
 
+With ``waiting`` = N, the next N requests are in a waiting queue while a request is
+served, and an order that takes `WaitingHints` (with ``keep_waiting``) hears each one's
+blocks when it joins the queue (``expect``) and once it has taken its hits
+(``unexpect``), as `EvictionHook` tells it in vLLM: a model of a loaded server whose
+queue is N deep (the replay has no service time of its own).
+
 ``hit_rate`` is hit blocks over prompt blocks. A chain longer than the cache
 keeps only its first ``cache_blocks`` blocks cached; the rest count as misses.
 `replay_opt` runs the same loop with Belady's choice: evict the unreferenced
@@ -33,7 +39,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import attrs
 
-from policies.eviction import EvictionOrder
+from policies.eviction import EvictionOrder, WaitingHints
 from policies.session_retention import SessionHints
 
 Chain = Sequence[Hashable]
@@ -98,13 +104,19 @@ class _OptOrder:
 
 def _replay(chains: Sequence[Chain], cache_blocks: int, order, name: str,
             on_request: Callable[[int], None] | None = None,
-            bypass: bool = False, turns: Sequence[Turn] | None = None) -> ReplayResult:
+            bypass: bool = False, turns: Sequence[Turn] | None = None,
+            waiting: int = 0) -> ReplayResult:
     cached: set[Hashable] = set()
     hits = total = evictions = 0
     hints = order if turns is not None and isinstance(order, SessionHints) else None
+    queue = order if waiting and isinstance(order, WaitingHints) and order.keep_waiting else None
+    queued = 0  # requests told to ``queue`` so far
     for index, full_chain in enumerate(chains):
         if on_request is not None:
             on_request(index)
+        while queue is not None and queued < min(len(chains), index + waiting + 1):
+            queue.expect(chains[queued][:cache_blocks])
+            queued += 1
         total += len(full_chain)
         chain = full_chain[:cache_blocks]
         if hints is not None:
@@ -128,6 +140,8 @@ def _replay(chains: Sequence[Chain], cache_blocks: int, order, name: str,
                 evictions += 1
             if not bypass:
                 cached.add(key)
+        if queue is not None:
+            queue.unexpect(chain)
         for i in range(len(chain) - 1, -1, -1):
             if chain[i] not in early:
                 order.release(chain[i], chain[i - 1] if i else None)
@@ -139,18 +153,23 @@ def _replay(chains: Sequence[Chain], cache_blocks: int, order, name: str,
 
 
 def replay_order(chains: Sequence[Chain], cache_blocks: int, order: EvictionOrder,
-                 name: str, turns: Sequence[Turn] | None = None) -> ReplayResult:
+                 name: str, turns: Sequence[Turn] | None = None,
+                 waiting: int = 0) -> ReplayResult:
     """Replay ``chains`` through a cache of ``cache_blocks`` evicting in ``order``
-    (told each request's session and arrival, ``turns``, if it takes `SessionHints`).
+    (told each request's session and arrival, ``turns``, if it takes `SessionHints`, and
+    the ``waiting`` requests queued behind each one if it takes `WaitingHints`).
 
     Raises:
-        ValueError: if ``cache_blocks`` < 1, or ``turns`` is not one per chain.
+        ValueError: if ``cache_blocks`` < 1, ``waiting`` < 0, or ``turns`` is not one
+            per chain.
     """
     if cache_blocks < 1:
         raise ValueError(f"cache_blocks must be >= 1, got {cache_blocks!r}")
+    if waiting < 0:
+        raise ValueError(f"waiting must be >= 0, got {waiting!r}")
     if turns is not None and len(turns) != len(chains):
         raise ValueError(f"turns must have one entry per chain: {len(turns)} for {len(chains)}")
-    return _replay(chains, cache_blocks, order, name, turns=turns)
+    return _replay(chains, cache_blocks, order, name, turns=turns, waiting=waiting)
 
 
 def replay_opt(chains: Sequence[Chain], cache_blocks: int) -> ReplayResult:

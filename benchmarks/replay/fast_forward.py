@@ -20,7 +20,8 @@ It is used only where nothing else observes the skipped steps:
   no speculative decoding, no lookahead slots and no Prometheus metrics;
 * the pipeline has no fairness, levels or deadline policy (they charge or re-rank every
   step), and no hook that runs at every step (``before_schedule``, ``after_schedule``,
-  ``before_update``, ``pending``: start gates, warming, draft budgets, step logs). Rate,
+  ``before_update``, ``pending``: start gates, warming, draft budgets, step logs), unless
+  it does nothing on a pure-decode step (``observes_decode_steps`` false). Rate,
   admission, watermarks, quotas, rankings and eviction orders only act on arrivals,
   prefills and frees, none of which happen in a pure-decode stretch;
 * nothing waits, or the running list is full (vLLM then stops its waiting pass before
@@ -74,7 +75,7 @@ def unsupported_reason(harness: SchedulerHarness) -> str | None:
         if pipeline.deadline_policy is not None:
             return "the pipeline's deadline policy observes every step"
         for point in _PER_STEP_POINTS:
-            if getattr(scheduler.hooks, point):
+            if any(call.__self__.observes_decode_steps for call in getattr(scheduler.hooks, point)):
                 return f"a hook runs at {point}"
         if scheduler.metrics is not None:
             return "Prometheus metrics refresh every step"

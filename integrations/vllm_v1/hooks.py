@@ -90,6 +90,11 @@ class SchedulerAccess(Protocol):
 class SchedulerHook:
     """One optional feature of `PolicyScheduler`; every method is a no-op until overridden."""
 
+    observes_decode_steps: bool = True
+    """False when the hook's per-step points do nothing on a step in which no request
+    starts, resumes, finishes or is preempted (a pure-decode step), so that a replay may
+    skip such steps without calling them (`benchmarks.replay.fast_forward`)."""
+
     def on_arrival(self, request: Any) -> None:
         """A new request reached the scheduler (before admission; also rejected ones)."""
 

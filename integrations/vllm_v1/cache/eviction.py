@@ -29,6 +29,12 @@ Translation (vLLM call -> order):
   `EvictionHook`, each admitted request's ``session_id`` and prompt blocks
   (``turn_started``) and, once a finished request's blocks are free, its end
   (``turn_finished``), both at the step's clock reading: session pins.
+* An order that implements `WaitingHints` with ``keep_waiting`` (`SegmentedLRU`,
+  `DuelingSLRU`) hears, from `EvictionHook`, the prompt blocks of each request that
+  starts waiting (``expect``: on admission, and a preempted request again) and that
+  stops (``unexpect``: once vLLM scheduled it, as a new or resumed request, after its
+  prefix hits were taken; or when it finishes while waiting): waiting-queue awareness.
+  O(prompt blocks) per request that starts or stops waiting.
 
 Keys are block hashes, so the order's use counts follow content, not slots.
 
@@ -57,7 +63,7 @@ from integrations.vllm_v1.vllm_surface.names import (
     make_block_hash_with_group_id,
     swap_free_block_queue,
 )
-from policies.eviction import EvictionOrder, ReportsEvictionStats, RetentionHints
+from policies.eviction import EvictionOrder, ReportsEvictionStats, RetentionHints, WaitingHints
 from policies.session_retention import SessionHints
 
 PROMPT_VERSION_ARG = "prompt_version"
@@ -284,7 +290,11 @@ def install_eviction(scheduler: Any, order: EvictionOrder,
 
 class EvictionHook(SchedulerHook):
     """The pipeline's ``eviction`` slot: installs `PolicyFreeBlockQueue`, tells it each
-    admitted prompt, shields blocks of preempted and cancelled requests, reports stats."""
+    admitted prompt, shields blocks of preempted and cancelled requests, tells an order with
+    waiting-queue awareness which prompts wait, reports stats."""
+
+    observes_decode_steps = False
+    """`after_schedule` only reads requests that started or resumed."""
 
     def __init__(self, scheduler: Any, order: EvictionOrder) -> None:
         self.queue = install_eviction(scheduler, order, scheduler.faults.record)
@@ -293,20 +303,51 @@ class EvictionHook(SchedulerHook):
         self._turns = order if isinstance(order, SessionHints) else None
         self._session_of: dict[str, Hashable] = {}
         """Request id -> its session (session pins), from admission to its finish."""
+        self._waiting = (order if isinstance(order, WaitingHints) and order.keep_waiting
+                         else None)
+        self._expected: dict[str, list[Hashable]] = {}
+        """Request id -> the block keys ``_waiting`` expects for it, while it waits."""
 
     def on_admitted(self, request: Any, tenant: str) -> None:
         self.queue.observe_request(request, tenant)  # cache versioning: the prompt's root
+        keys = _block_keys(request) if self._waiting is not None else None
+        if keys is not None:  # waiting-queue awareness: its prompt's blocks are wanted
+            self._expect(request.request_id, keys)
         if self._turns is not None:  # session pins: the turn of a session arrived
             session_id = (request.session_id
                           or self._scheduler.tracked_metadata(request).session_id)
             if self._turns.wants_turn(session_id):
-                session = self._turns.turn_started(session_id, _block_keys(request),
-                                                   self._scheduler.clock())
+                session = self._turns.turn_started(
+                    session_id, _block_keys(request) if keys is None else keys,
+                    self._scheduler.clock())
                 if session is not None:
                     self._session_of[request.request_id] = session
 
+    def after_schedule(self, scheduler_output: Any) -> None:
+        if not self._expected:
+            return
+        for new in scheduler_output.scheduled_new_reqs:  # hits taken: no longer waiting
+            self._unexpect(new.req_id)
+        for request_id in scheduler_output.scheduled_cached_reqs.resumed_req_ids:
+            self._unexpect(request_id)
+
+    def _expect(self, request_id: str, keys: list[Hashable]) -> None:
+        self._unexpect(request_id)
+        self._waiting.expect(keys)
+        self._expected[request_id] = keys
+
+    def _unexpect(self, request_id: str) -> None:
+        keys = self._expected.pop(request_id, None)
+        if keys is not None:
+            self._waiting.unexpect(keys)
+
     @contextmanager
     def releasing(self, request: Any, *, preempted: bool) -> Iterator[None]:
+        if self._waiting is not None:  # a preempted request waits again; a finished one not
+            if preempted:
+                self._expect(request.request_id, _block_keys(request))
+            else:
+                self._unexpect(request.request_id)
         if preempted:  # the preemption cache shield: blocks freed protected
             with self.queue.shield():
                 yield

@@ -42,6 +42,21 @@ def test_session_turns_reach_an_order_with_session_pins():
         replay_order(chains, 4, order, "x", turns=turns[:1])
 
 
+def test_a_waiting_queue_keeps_the_blocks_the_next_requests_hit():
+    # A 4-block cache; (1, 2) comes back after two one-shots and (3, 4), which evicts two.
+    chains = [(1, 2), (5,), (6,), (3, 4), (1, 2)]
+    assert replay_order(chains, 4, SegmentedLRU(), "slru").hit_blocks == 0  # 2, 1 went first
+    order = SegmentedLRU()
+    queued = replay_order(chains, 4, order, "slru", waiting=2)  # (1, 2) waits behind (3, 4)
+    assert queued.hit_blocks == order.stats().wanted_hits == 2
+    assert order.stats().wanted_blocks == 0  # every request told back once it was served
+    off = SegmentedLRU(keep_waiting=False)
+    assert replay_order(chains, 4, off, "x", waiting=2).hit_blocks == 0
+    assert replay_order(chains, 4, LRU(), "lru", waiting=2).hit_blocks == 0  # no hints: vLLM's
+    with pytest.raises(ValueError, match="waiting must be >= 0, got -1"):
+        replay_order(chains, 4, LRU(), "lru", waiting=-1)
+
+
 def test_rejects_an_empty_cache():
     with pytest.raises(ValueError, match="cache_blocks must be >= 1, got 0"):
         replay_order(CHAINS, 0, LRU(), "lru")
