@@ -29,7 +29,9 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   ``policies:kv_session_pins_total{event}`` (``pinned``: blocks pinned for a session's next
   turn; ``hit``: prefix hits on pinned blocks, the hits pins bought; ``expired``: pins whose
   predicted gap passed; ``refused``: blocks not pinned, the pinned share being full) and
-  the ``pinned`` segment of the two metrics above
+  the ``pinned`` segment of the two metrics above; with waiting-queue awareness
+  (`SegmentedLRU.keep_waiting`) the ``wanted`` segment (blocks a waiting request will hit)
+  and ``policies:kv_wanted_hits_total{queue="waiting"}`` (prefix hits on them)
 
 * with a ``step_model`` (`OnlineStepTimeModel`): ``policies:step_model_coefficient{term}``
   (``base``, ``decode``, ``decode_context_token``, ``prefill_token``, ``prefill_pair``),
@@ -104,6 +106,9 @@ class PolicyMetrics:
         self._pins = PromCounter("policies:kv_session_pins",
                                  "Session pins of finished turns' blocks, by event",
                                  ["event"], registry=registry)
+        self._wanted_hits = PromCounter("policies:kv_wanted_hits",
+                                        "Prefix hits on blocks kept for a waiting request",
+                                        ["queue"], registry=registry)
         self._drafts_withheld = PromCounter(
             "policies:spec_draft_tokens_withheld",
             "Draft tokens trimmed by the speculation budget, by SLO class",
@@ -181,6 +186,7 @@ class PolicyMetrics:
         self._evictable.labels(segment="probation").set(stats.probation_blocks)
         self._evictable.labels(segment="protected").set(stats.protected_blocks)
         self._evictable.labels(segment="pinned").set(stats.pinned_blocks)
+        self._evictable.labels(segment="wanted").set(stats.wanted_blocks)
         totals = [(self._evictions, "segment", name, n) for name, n in stats.evictions_by_segment]
         totals += [(self._retained, "reason", "preempted", stats.shielded),
                    (self._retained, "reason", "cancelled", stats.retained_cancelled),
@@ -189,7 +195,8 @@ class PolicyMetrics:
                    (self._pins, "event", "pinned", stats.pins),
                    (self._pins, "event", "hit", stats.pin_hits),
                    (self._pins, "event", "expired", stats.pins_expired),
-                   (self._pins, "event", "refused", stats.pins_refused)]
+                   (self._pins, "event", "refused", stats.pins_refused),
+                   (self._wanted_hits, "queue", "waiting", stats.wanted_hits)]
         for counter, label, value, total in totals:  # counters follow the order's totals
             key = (label, value)  # every segment and reason name is distinct
             delta = total - self._eviction_seen.get(key, 0)

@@ -71,6 +71,18 @@ def test_session_pins_are_counted_by_event():
     assert registry.get_sample_value("policies:kv_evictable_blocks", {"segment": "pinned"}) == 0
 
 
+def test_blocks_kept_for_waiting_requests_and_their_hits_are_exported():
+    metrics, registry = make()
+    order = SegmentedLRU()
+    for key in ["w3", "w2", "w1", "x"]:
+        order.release(key)
+    order.expect(["w1", "w2", "w3"])
+    order.acquire("w1")
+    refresh(metrics, order)
+    assert registry.get_sample_value("policies:kv_evictable_blocks", {"segment": "wanted"}) == 2
+    assert registry.get_sample_value("policies:kv_wanted_hits_total", {"queue": "waiting"}) == 1
+
+
 def test_prefix_hits_by_tenant_through_the_scheduler():
     harness = SchedulerHarness.build(Pipeline(eviction=SegmentedLRU()),
                                      shape=EngineShape(num_blocks=64, max_model_len=1024))
