@@ -7,8 +7,8 @@
   request is admitted when the replay's SLO of its length class (short: first token in
   0.5 s, long: 5 s) and the Gold tier's TPOT bound (36 ms, while a priority -1 request decodes)
   stay feasible, with the step model fitted to the H100 cost model.
-- `slo_without_preemption`: the product ``slo`` preset with slot preemption declared off
-  (``"preemption": false``), its ablation.
+- `slo_with_preemption`: the product ``slo`` preset with slot preemption declared
+  (``"preemption": true``), for its ablation.
 """
 
 from __future__ import annotations
@@ -56,6 +56,6 @@ def slo_protected(gpu: str = "h100", max_num_seqs: int = 256) -> Pipeline:
                         rate=TokenCaps(policies=(*pipeline.rate.policies, ledger)))
 
 
-def slo_without_preemption() -> Pipeline:
-    """The ``slo`` preset with the replay's default declaration and slot preemption off."""
-    return slo_pipeline(SLOSpec.parse({"preemption": False}))
+def slo_with_preemption() -> Pipeline:
+    """The ``slo`` preset with the replay's default declaration and slot preemption on."""
+    return slo_pipeline(SLOSpec.parse({"preemption": True}))

@@ -63,6 +63,10 @@ def test_a_declaration_reaches_admission_and_ranking():
     ({"demotions": {"gold": "nope"}}, "demotions.gold names class 'nope'"),
     ({"min_prefill_tokens_per_step": 0}, "min_prefill_tokens_per_step must be a positive"),
     ({"step_model_prior": {"base_s": 1}}, "step_model_prior is not a StepTimeModel"),
+    ({"preemption": "yes"}, "llm_serving_policies.slo.preemption must be a mapping"),
+    ({"preemption": {"risk": 1}}, "llm_serving_policies.slo.preemption.risk is not a key"),
+    ({"preemption": {"risk_share": 1.5}}, r"preemption.risk_share must be a number in \[0, 1\]"),
+    ({"preemption": {"max_per_request": 0}}, "preemption.max_per_request must be a positive"),
 ])
 def test_every_mistake_names_its_field(slo, message):
     with pytest.raises(PipelineConfigError, match=message):
@@ -73,3 +77,13 @@ def test_only_the_slo_preset_reads_a_declaration():
     with pytest.raises(PipelineConfigError, match="read by the slo preset only, not by 'default'"):
         pipeline({}, name="default")
     assert SLOSpec.parse(None) == SLOSpec()
+
+
+def test_slot_preemption_is_off_unless_declared_and_admission_plans_on_it():
+    assert pipeline().preemption is None and pipeline().admission.preemption is None
+    on = pipeline({"protected": ["gold"], "preemption": {"risk_share": 0.25,
+                                                          "max_per_request": 2}})
+    assert on.admission.preemption is on.preemption
+    assert (on.preemption.risk_share, on.preemption.max_preemptions_per_request) == (0.25, 2)
+    assert on.preemption.protected_classes == {"gold"}
+    assert pipeline({"preemption": True}).preemption.risk_share == 0.5
