@@ -321,7 +321,7 @@ class LRU:
         self._forget(key, entry)
 
     def __len__(self) -> int:
-        return sum(len(segment) for segment in self._segments)
+        return sum(map(len, self._segments))
 
     def __contains__(self, key: object) -> bool:
         entry = self._entries.get(key)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import operator
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -167,6 +168,9 @@ class PolicySchedulerMixin:
         self._block_quota = (pipeline.watermarks if isinstance(pipeline.watermarks, KVBlockQuota)
                              else None)
         self._ranks_under_load = isinstance(pipeline.ranking, LoadAwareRanking)
+        self._static_service_keys = (pipeline.fairness is None and pipeline.levels is None
+                                     and self._deadlines is None)
+        """Whether `_service_key` is the rank key alone (`_sort_running` is incremental)."""
         self._hits_on_arrival = self._ranks_under_load or any(
             getattr(p, "reads_prefix_hits", False) for p in pipeline.policies)
         """Whether a policy reads the arrival's prefix-cache hit (`RequestView.cached_tokens`)."""
@@ -229,8 +233,24 @@ class PolicySchedulerMixin:
             return 0, tracked.rank_key
 
     def _sort_running(self) -> None:
-        """Service order, front first: on time before late, then the tenant's fairness
-        counter, the level and the rank key (vLLM preempts from the tail)."""
+        """Service order, front first: `_service_key` (vLLM preempts from the tail).
+
+        Incremental where that key is the rank key alone (no fairness, levels or deadlines:
+        fixed on admission): the list is re-sorted only when it is out of order, i.e. when
+        a request started or resumed behind one it ranks before (or vLLM reordered it); a
+        stable sort would leave a sorted list as it is, so the order is the same.
+        """
+        tracked = self._tracked
+        if self._static_service_keys:
+            keys = [tracked[r.request_id].rank_key for r in self.running]
+            if not all(map(operator.le, keys, keys[1:])):
+                self.running.sort(key=lambda request: tracked[request.request_id].rank_key)
+            return
+        self.running.sort(key=self._service_key())
+
+    def _service_key(self) -> Callable[[Request], tuple]:
+        """A running request's service key at this step: on time before late, then the
+        tenant's fairness counter, the level and the rank key."""
         tracked, deadlines, now = self._tracked, self._deadlines, self._now
         fairness, levels = self.pipeline.fairness, self.pipeline.levels
         counters: dict[str, float] = {}  # one lookup per tenant
@@ -244,7 +264,7 @@ class PolicySchedulerMixin:
             return (deadlines.is_late(self._view(request), now) if deadlines else False,
                     counter, levels.level(entry.admitted) if levels else 0, entry.rank_key)
 
-        self.running.sort(key=key)
+        return key
 
     def _tenants_under_quota(self, backlogged: list[str]) -> list[str]:
         """The pipeline's quotas over the running requests as they stand (during a step too).
