@@ -9,6 +9,8 @@
   stay feasible, with the step model fitted to the H100 cost model.
 - `slo_with_preemption`: the product ``slo`` preset with slot preemption declared
   (``"preemption": true``), for its ablation.
+- `cache_without_waiting`: the ``cache`` preset with waiting-queue awareness off
+  (``keep_waiting=False``), to measure what it buys.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.metrics import DEFAULT_SLOS, SHORT_PROMPT_TOKENS
 from benchmarks.replay.step_time import fit_step_time_model
 from benchmarks.replay.workloads import TENANT_WEIGHTS
-from integrations.vllm_v1.config.presets import default_pipeline
+from integrations.vllm_v1.config.presets import default_pipeline, preset
 from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import PrefillLedger, SLOAdmission, SLOTarget, StepPrefillBudget, TokenCaps
@@ -59,3 +61,9 @@ def slo_protected(gpu: str = "h100", max_num_seqs: int = 256) -> Pipeline:
 def slo_with_preemption() -> Pipeline:
     """The ``slo`` preset with the replay's default declaration and slot preemption on."""
     return slo_pipeline(SLOSpec.parse({"preemption": True}))
+
+
+def cache_without_waiting() -> Pipeline:
+    """The ``cache`` preset, its eviction order deaf to the waiting queue."""
+    pipeline = preset("cache")
+    return attrs.evolve(pipeline, eviction=attrs.evolve(pipeline.eviction, keep_waiting=False))

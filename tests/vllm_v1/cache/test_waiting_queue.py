@@ -60,3 +60,12 @@ def test_a_preempted_request_waits_again_and_a_finished_one_is_forgotten():
         preempted += len(output.preempted_req_ids or ())
     assert preempted and any(wanted), "a preempted request's blocks were wanted while it waited"
     assert order.stats().wanted_blocks == 0 and not order._wanted  # all told back
+
+
+def test_the_cache_preset_ships_it_and_the_replay_can_switch_it_off():
+    from benchmarks.replay.pipelines import cache_without_waiting
+    from integrations.vllm_v1.config.presets import preset
+
+    assert preset("cache").eviction.keep_waiting
+    off = cache_without_waiting()
+    assert not off.eviction.keep_waiting and off.eviction.session_pins is not None
