@@ -34,7 +34,7 @@ import enum
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import attrs
 
@@ -43,9 +43,6 @@ from policies.percentile import percentile
 from policies.step_model import OnlineStepTimeModel, StepTimeModel
 from policies.validators import at_least, finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
-
-if TYPE_CHECKING:
-    from policies.slot_preemption import SlotPreemption
 
 
 @attrs.frozen(kw_only=True)
@@ -250,10 +247,6 @@ class PrefillLedger:
     def decoding_ids(self) -> Iterable[str]:
         """The ids of the requests decoding now."""
         return self._decoding.keys()
-
-    def decoding_with_priority(self) -> Iterable[tuple[str, int]]:
-        """``(request id, priority)`` of the requests decoding now."""
-        return ((rid, entry[2]) for rid, entry in self._decoding.items())
 
     def decoding_priorities(self) -> set[int]:
         """The priorities of the requests decoding now."""
@@ -471,10 +464,6 @@ class SLOAdmission:
     pessimistic model over-rejecting) raise it, past 1 when they come that much earlier."""
     min_headroom: float = attrs.field(default=0.25, validator=finite_positive)
     max_headroom: float = attrs.field(default=1.0, validator=finite_positive)
-    preemption: SlotPreemption | None = None
-    """The pipeline's slot preemption, if any: a request that finds every slot taken but
-    outranks a decoding request is planned to start once it would preempt it
-    (`SlotPreemption.preempts_by_s`), not when a slot frees by itself."""
 
     _deadlines: dict[str, tuple[float, float]] = attrs.field(init=False, factory=dict,
                                                               repr=False)
@@ -625,30 +614,21 @@ class SLOAdmission:
                 return when
         return math.inf
 
-    def _slot_ready_s(self, load: LoadSnapshot, ahead: int,
-                      request: RequestView | None = None) -> float:
-        """When a slot is free for ``request`` with ``ahead`` admitted, unstarted requests
+    def _slot_ready_s(self, load: LoadSnapshot, ahead: int) -> float:
+        """When a slot is free for a request with ``ahead`` admitted, unstarted requests
         before it in EDF order: now while the running requests and those leave a slot; else
-        when it would preempt one (`preemption`), or when enough admitted requests will have
-        finished (as in `kv_ready_s`), whichever comes first; ``inf`` if neither; now when the
-        slot count is unknown."""
+        when enough admitted requests will have finished (as in `kv_ready_s`); ``inf`` if
+        they cannot free enough; now when the slot count is unknown."""
         need = load.running_requests + ahead + 1 - (load.max_running_requests or math.inf)
         if need <= 0:
             return load.now
-        if self.preemption is not None and request is not None:
-            running = ((self._class_of.get(rid), priority)
-                       for rid, priority in self.ledger.decoding_with_priority())
-            by_s = self.preemption.preempts_by_s(request, running)
-            if by_s is not None:
-                return max(load.now, by_s)
         rate, step_s = self._rate_and_step(load)
         tpot_s = getattr(self.step_model, "recent_step_s", None) or step_s
         releases = self.ledger.kv_releases(load.now, tpot_s, rate)
         return releases[int(need) - 1][0] if need <= len(releases) else math.inf
 
     def _late(self, load: LoadSnapshot, due: float, share: float, tokens: float,
-              kv_ready_s: float | None = None, request: RequestView | None = None
-              ) -> tuple[float, float]:
+              kv_ready_s: float | None = None) -> tuple[float, float]:
         """``(lateness of a new request, most lateness it adds to an admitted one due later
         that was on time)`` under EDF; each request is planned on its share of the rate, and
         lateness <= 0 is on time. A new request starts once KV (``kv_ready_s``) and a slot
@@ -675,7 +655,7 @@ class SLOAdmission:
             own_late = load.now + (ahead + tokens) / (rate * share) + step_s - due
         # it starts once KV and a slot are free (unstarted requests ahead of it want slots)
         unstarted = max(0, before - (load.running_requests - len(self.ledger.decoding_ids())))
-        ready = max(kv_ready_s or load.now, self._slot_ready_s(load, unstarted, request))
+        ready = max(kv_ready_s or load.now, self._slot_ready_s(load, unstarted))
         if ready > load.now:
             own_late = max(own_late, ready + tokens / (rate * share) + step_s - due)
         return own_late, added
@@ -693,7 +673,7 @@ class SLOAdmission:
             return math.inf
         due = self._due(request, target)
         late, _ = self._late(load, due, self.share(request.priority), self._work(request),
-                             self.kv_ready_s(request, load), request)
+                             self.kv_ready_s(request, load))
         return late + due - request.arrival_s
 
     def predict_tpot_s(self, request: RequestView, load: LoadSnapshot) -> float:
@@ -753,7 +733,7 @@ class SLOAdmission:
             goal = self.slos[cls]
             due = self._due(request, goal)
             own_late, added = self._late(load, due, self.share(request.priority), tokens,
-                                         kv_ready, request)
+                                         kv_ready)
             ttft = own_late + due - request.arrival_s
             first = first or (ttft, own_late)
             if (own_late <= 0 and added <= 0

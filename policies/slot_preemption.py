@@ -17,7 +17,7 @@ running request to preempt for a waiting one, under these guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -71,26 +71,7 @@ class SlotPreemption:
 
     def importance(self, request: RequestView) -> tuple[int, int]:
         """Lower is more important: a protected class first, then vLLM's priority."""
-        return self.rank(self._class(request), request.priority)
-
-    def rank(self, slo_class: str | None, priority: int) -> tuple[int, int]:
-        """`importance` of a request of ``slo_class`` and ``priority``."""
-        return (0 if slo_class in self.protected_classes else 1), priority
-
-    def preempts_by_s(self, request: RequestView,
-                      running: Iterable[tuple[str | None, int]]) -> float | None:
-        """When ``request``, arriving to find every slot taken, would have one by preemption:
-        once at risk (arrival plus ``risk_share`` of its TTFT target), if one of ``running``
-        (``(class, priority)`` of each) is less important; else None. An estimate for
-        admission: it assumes that victim still preemptible then."""
-        cls = self._class(request)
-        target = self.slos.get(cls) if cls is not None else None
-        if target is None:
-            return None
-        rank = self.rank(cls, request.priority)
-        if any(self.rank(c, p) > rank for c, p in running):
-            return request.arrival_s + self.risk_share * target.ttft_s
-        return None
+        return (0 if self._class(request) in self.protected_classes else 1), request.priority
 
     def _at_risk(self, request: RequestView, now: float) -> bool:
         if request.output_tokens or request.request_id in self._preempted:

@@ -16,7 +16,6 @@ from policies import (
     RequestView,
     SLOAdmission,
     SLOTarget,
-    SlotPreemption,
     SLOVerdict,
     StepTimeModel,
     TokenCapPolicy,
@@ -310,27 +309,6 @@ def test_with_every_slot_taken_a_request_starts_when_an_admitted_one_finishes():
     assert admission.decide(new, slots(2)).verdict is SLOVerdict.REJECT  # 10 s > gold's 0.5 s
     assert admission.decide(new, slots(3)).verdict is SLOVerdict.ADMIT
     assert admission.predict_ttft_s(new, slots(None)) == free, "no slot count: none assumed"
-
-
-
-def test_a_request_that_would_preempt_a_less_important_one_is_planned_to_start_then():
-    preemption = SlotPreemption(slos=SLOS, protected_classes=frozenset({"gold"}))
-    admission = policy(preemption=preemption)
-    ledger = admission.ledger
-    bronze = RequestView(request_id="bronze", arrival_s=0.0, prompt_tokens=100,
-                         max_output_tokens=400, slo_class="bronze")
-    ledger.on_admitted(bronze, 0.0)
-    admission.on_admitted(bronze, 0.0)
-    ledger.on_scheduled(bronze, 100, 0.0)  # decoding its expected 256 tokens: 12.8 s
-    full = LoadSnapshot(now=0.0, waiting_requests=0, running_requests=1, kv_usage=0.1,
-                        token_budget=8192, max_running_requests=1)
-    gold = view("gold", 100, slo_class="gold")
-    # at risk at half its 0.5 s target, it preempts the bronze request then
-    assert admission.predict_ttft_s(gold, full) == pytest.approx(0.25, abs=0.06)
-    assert admission.decide(gold, full).verdict is SLOVerdict.ADMIT
-    # a second bronze request outranks nobody: it waits for the slot to free
-    other = view("other", 100, slo_class="bronze")
-    assert admission.predict_ttft_s(other, full) > 12.8
 
 
 def test_first_tokens_later_than_predicted_lower_the_headroom_and_earlier_ones_raise_it():

@@ -251,8 +251,7 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
       TPOT check against the tightest class decoding;
     - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
     - preemption: `SlotPreemption`, where declared: with every slot taken, a request at risk
-      of missing its first-token target takes a less important request's slot (admission
-      plans on it);
+      of missing its first-token target takes a less important request's slot;
     - watermarks: the KV red band only. Admission weighs the KV cache itself
       (`SLOAdmission.kv_ready_s`), but the band reacts to usage at once and still pays: on
       ``azure-conv`` x4 without it, goodput fell from 16.62 to 14.81 req/s and admitted
@@ -264,10 +263,6 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
                     for bound, cls in spec.by_prompt_tokens)
     ledger = PrefillLedger(learn_tenant_hits=False)
     model = OnlineStepTimeModel(prior=spec.step_model_prior)
-    preemption = None if spec.preemption_risk_share is None else SlotPreemption(
-        slos=classes, length_classes=lengths, tenant_classes=dict(spec.tenants),
-        protected_classes=spec.protected, risk_share=spec.preemption_risk_share,
-        max_preemptions_per_request=spec.max_preemptions_per_request)
     admission = SLOAdmission(
         slos=classes, ledger=ledger, step_model=model,
         max_prefill_tokens_per_step=spec.min_prefill_tokens_per_step, tpot_step_bound=True,
@@ -275,9 +270,13 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         tpot_headroom=HEADROOM, demotions=dict(spec.demotions), length_classes=lengths,
         tenant_classes=dict(spec.tenants), protected_classes=spec.protected,
         protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW,
-        max_headroom=MAX_HEADROOM, preemption=preemption)
+        max_headroom=MAX_HEADROOM)
     budget = StepPrefillBudget(max_prefill_tokens=spec.min_prefill_tokens_per_step,
                                interactive_prompt_tokens=0, bound=admission)
+    preemption = None if spec.preemption_risk_share is None else SlotPreemption(
+        slos=classes, length_classes=lengths, tenant_classes=dict(spec.tenants),
+        protected_classes=spec.protected, risk_share=spec.preemption_risk_share,
+        max_preemptions_per_request=spec.max_preemptions_per_request)
     return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
                                                tenant_classes=dict(spec.tenants)),
                     preemption=preemption,

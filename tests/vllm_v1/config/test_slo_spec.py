@@ -79,11 +79,10 @@ def test_only_the_slo_preset_reads_a_declaration():
     assert SLOSpec.parse(None) == SLOSpec()
 
 
-def test_slot_preemption_is_off_unless_declared_and_admission_plans_on_it():
-    assert pipeline().preemption is None and pipeline().admission.preemption is None
+def test_slot_preemption_is_off_unless_declared():
+    assert pipeline().preemption is None
     on = pipeline({"protected": ["gold"], "preemption": {"risk_share": 0.25,
                                                           "max_per_request": 2}})
-    assert on.admission.preemption is on.preemption
     assert (on.preemption.risk_share, on.preemption.max_preemptions_per_request) == (0.25, 2)
     assert on.preemption.protected_classes == {"gold"}
     assert pipeline({"preemption": True}).preemption.risk_share == 0.5
