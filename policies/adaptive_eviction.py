@@ -16,12 +16,13 @@ follows the better one within the decay window. Cost: three orders' bookkeeping 
 call, still O(1) amortised; memory three times `SegmentedLRU`'s.
 
 Session pins (``session_pins``, `SessionHints`): when a turn of an agent session finishes,
-its blocks go to PINNED, evicted only when nothing else is, until ``gap_slack`` times the
-session's predicted gap (`SessionGaps`) has passed; then they go back to PROBATION or
+its blocks go to PINNED, evicted only when nothing but WANTED is left, until ``gap_slack``
+times the session's predicted gap (`SessionGaps`) has passed; then they go back to PROBATION or
 PROTECTED and age normally. PINNED holds at most ``max_pinned_fraction`` of the cache: a
 turn finishing while it is full is not pinned (older pins are not pushed out, so a subset of
 the sessions stays cached instead of all of them taking turns to miss, LRU's loop failure),
-and pinned blocks are evicted when nothing else is left (early release under pressure).
+and pinned blocks are evicted when nothing but WANTED is left (early release under
+pressure).
 The shadows do not pin, and do not hear the waiting queue (`SegmentedLRU.keep_waiting`:
 blocks a waiting request will hit are kept after pins).
 """
