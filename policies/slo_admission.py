@@ -474,6 +474,7 @@ class SLOAdmission:
     _unclassified: int = attrs.field(init=False, default=0, repr=False)
     _pending_class: dict[str, str] = attrs.field(init=False, factory=dict, repr=False)
     _class_of: dict[str, str] = attrs.field(init=False, factory=dict, repr=False)
+    """Admitted request id -> the class it is judged by (its TPOT binds while it decodes)."""
     _predicted: dict[str, tuple[float, float, float]] = attrs.field(init=False, factory=dict,
                                                                     repr=False)
     """Admitted request id -> (arrival, predicted TTFT, TTFT target), until its first token."""
@@ -484,7 +485,9 @@ class SLOAdmission:
     _step_bound: tuple[LoadSnapshot, float, StepTimeModel] | None = attrs.field(
         init=False, default=None, repr=False)
     """This step's prefill room and the model it was priced on (`_step_room`)."""
-    """Admitted request id -> the class it is judged by (its TPOT binds while it decodes)."""
+    _releases_memo: tuple[LoadSnapshot, list[tuple[float, int]] | None] | None = attrs.field(
+        init=False, default=None, repr=False)
+    """While `decide` runs: its load and the KV releases once computed (`_releases`)."""
 
     reads_prefix_hits: ClassVar[bool] = True
     """Asks the scheduler to look each arrival's prefix-cache hit up (`RequestView.cached_tokens`):
@@ -605,10 +608,8 @@ class SLOAdmission:
         need = self.ledger.kv_demand_tokens + footprint - (capacity or 0)
         if capacity is None or need <= 0:
             return load.now
-        rate, step_s = self._rate_and_step(load)
-        tpot_s = getattr(self.step_model, "recent_step_s", None) or step_s
         freed = 0
-        for when, tokens in self.ledger.kv_releases(load.now, tpot_s, rate):
+        for when, tokens in self._releases(load):
             freed += tokens
             if freed >= need:
                 return when
@@ -622,10 +623,21 @@ class SLOAdmission:
         need = load.running_requests + ahead + 1 - (load.max_running_requests or math.inf)
         if need <= 0:
             return load.now
+        releases = self._releases(load)
+        return releases[int(need) - 1][0] if need <= len(releases) else math.inf
+
+    def _releases(self, load: LoadSnapshot) -> list[tuple[float, int]]:
+        """`PrefillLedger.kv_releases` at the step time measured lately (else the model's full
+        step); sorted once per `decide` (its KV and slot waits, admitted and demoted tries)."""
+        memo = self._releases_memo
+        if memo is not None and memo[0] is load and memo[1] is not None:
+            return memo[1]
         rate, step_s = self._rate_and_step(load)
         tpot_s = getattr(self.step_model, "recent_step_s", None) or step_s
         releases = self.ledger.kv_releases(load.now, tpot_s, rate)
-        return releases[int(need) - 1][0] if need <= len(releases) else math.inf
+        if memo is not None and memo[0] is load:
+            self._releases_memo = (load, releases)
+        return releases
 
     def _late(self, load: LoadSnapshot, due: float, share: float, tokens: float,
               kv_ready_s: float | None = None) -> tuple[float, float]:
@@ -711,6 +723,13 @@ class SLOAdmission:
 
     def decide(self, request: RequestView, load: LoadSnapshot) -> SLODecision:
         """Admit, demote or reject ``request`` (no state changes: see `admit`)."""
+        self._releases_memo = (load, None)  # the ledger stands still while it decides
+        try:
+            return self._decide(request, load)
+        finally:
+            self._releases_memo = None
+
+    def _decide(self, request: RequestView, load: LoadSnapshot) -> SLODecision:
         own = self.target_class(request)
         if own is None:
             return SLODecision(verdict=SLOVerdict.ADMIT, slo_class=request.slo_class,
