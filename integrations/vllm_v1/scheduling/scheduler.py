@@ -504,10 +504,11 @@ class PolicySchedulerMixin:
                                                          requeue_key=key)
 
     def _refresh_metrics(self) -> None:
-        """Gauges after a step: when due, and always when the engine goes idle (no step
-        follows to correct them)."""
+        """Gauges after a step: when due, and always in the step that leaves no request
+        unfinished, before its outputs reach a client (no step may follow to correct them)."""
         metrics = self.metrics
-        if metrics is None or not (metrics.due(self.clock()) or not self.has_requests()):
+        if metrics is None or not (metrics.due(self.clock())
+                                   or not self.has_unfinished_requests()):
             return
         metrics.refresh(
             waiting=((self._tenant_of(r), self.waiting.key(r)[0]) for r in self.waiting),
