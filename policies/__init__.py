@@ -41,6 +41,7 @@ from policies.metadata import (
     RequestMetadata,
     parse_request_metadata,
 )
+from policies.output_lengths import OutputLengths
 from policies.pd_planner import PDPlan, PDPlanner
 from policies.pd_router import (
     InstanceLoad,
@@ -109,6 +110,7 @@ from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [
+    "OutputLengths",
     "PrefillLedger",
     "PrefillLedgerStats",
     "SLOAdmission",

@@ -39,6 +39,7 @@ from typing import ClassVar
 import attrs
 
 from policies.admission import AdmissionDecision
+from policies.output_lengths import OutputLengths
 from policies.percentile import percentile
 from policies.step_model import OnlineStepTimeModel, StepTimeModel
 from policies.validators import at_least, finite_non_negative, finite_positive
@@ -51,12 +52,6 @@ class SLOTarget:
 
     ttft_s: float = attrs.field(validator=finite_positive)
     tpot_s: float = attrs.field(validator=finite_positive)
-
-
-DEFAULT_OUTPUT_TOKENS = 256
-"""Expected output of a request before any has finished (within its ``max_tokens``)."""
-OUTPUT_MEMORY_REQUESTS = 200
-"""The expected output follows about the last this many finished requests."""
 
 
 @attrs.frozen(kw_only=True)
@@ -98,6 +93,9 @@ class PrefillLedger:
 
     learn_tenant_hits: bool = True
     """Assume each tenant's learned hit for requests whose own hit is unknown (0)."""
+    outputs: OutputLengths = attrs.field(factory=OutputLengths)
+    """Finished requests' output lengths: each admitted request's expected output, and how
+    much more a decoding one will generate."""
 
     _entries: dict[str, list] = attrs.field(init=False, factory=dict, repr=False)
     """request id -> [tenant, remaining, chunks seen, tokens granted, prompt tokens]"""
@@ -110,12 +108,11 @@ class PrefillLedger:
     _cached: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
     _on_prefill_done: Callable[[str, float], None] | None = attrs.field(
         init=False, default=None, repr=False)
-    _kv: dict[str, tuple[int, int]] = attrs.field(init=False, factory=dict, repr=False)
+    _kv: dict[str, tuple[int, float]] = attrs.field(init=False, factory=dict, repr=False)
     """Admitted, unfinished request id -> (the KV tokens it will hold: prompt + expected output,
-    its expected output tokens)."""
+    its ``max_tokens`` or ``inf``)."""
     _kv_demand: int = attrs.field(init=False, default=0, repr=False)
     _decode_start: dict[str, float] = attrs.field(init=False, factory=dict, repr=False)
-    _mean_output: float | None = attrs.field(init=False, default=None, repr=False)
 
     def listen(self, on_prefill_done: Callable[[str, float], None]) -> None:
         """Call ``on_prefill_done(request id, now)`` when a chunk completes a request's
@@ -175,9 +172,9 @@ class PrefillLedger:
         if request.request_id in self._entries or request.request_id in self._decoding:
             return
         self._set(request, self.prefill_tokens(request), 0, 0)
-        output = self.expected_output_tokens(request)
-        self._kv[request.request_id] = (request.prompt_tokens + output, output)
-        self._kv_demand += request.prompt_tokens + output
+        footprint = request.prompt_tokens + self.expected_output_tokens(request)
+        self._kv[request.request_id] = (footprint, request.max_output_tokens or math.inf)
+        self._kv_demand += footprint
 
     def on_first_scheduled(self, request: RequestView, now: float) -> None:
         pass
@@ -190,19 +187,14 @@ class PrefillLedger:
         self._stop_decoding(request.request_id)
         self._kv_demand -= self._kv.pop(request.request_id, (0, 0))[0]
         self._decode_start.pop(request.request_id, None)
-        if request.output_tokens:
-            mean = self._mean_output
-            self._mean_output = float(request.output_tokens) if mean is None else (
-                mean + (request.output_tokens - mean) / OUTPUT_MEMORY_REQUESTS)
+        self.outputs.observe(request.output_tokens)
 
     # -- reading ---------------------------------------------------------------
 
     def expected_output_tokens(self, request: RequestView) -> int:
-        """Output tokens ``request`` is expected to generate: the mean of finished requests
-        (an exponential average), within its ``max_output_tokens``."""
-        limit = request.max_output_tokens or math.inf
-        mean = self._mean_output if self._mean_output is not None else DEFAULT_OUTPUT_TOKENS
-        return int(min(limit, round(mean)))
+        """Output tokens a new ``request`` is expected to generate: the recent finished
+        requests' mean, each cut at its ``max_output_tokens`` (`OutputLengths.remaining`)."""
+        return round(self.outputs.remaining(0, request.max_output_tokens or math.inf))
 
     @property
     def kv_demand_tokens(self) -> int:
@@ -211,16 +203,22 @@ class PrefillLedger:
 
     def kv_releases(self, now: float, tpot_s: float, prefill_tokens_per_s: float
                     ) -> list[tuple[float, int]]:
-        """``(when, KV tokens)`` the admitted requests free, earliest first: each finishes its
-        expected output at ``tpot_s`` a token from when its decoding began, or, still in
-        prefill, from when its remaining prefill is done at ``prefill_tokens_per_s``."""
+        """``(when, KV tokens)`` the admitted requests free, earliest first, at ``tpot_s`` a
+        token: one decoding finishes what `OutputLengths.remaining` expects after the tokens
+        it has generated since its decoding began (the longer it has run, the longer it may
+        run on); one still in prefill, its expected output after its remaining prefill is done
+        at ``prefill_tokens_per_s``."""
         releases = []
-        for rid, (footprint, output) in self._kv.items():
+        remaining = self.outputs.remaining
+        for rid, (footprint, limit) in self._kv.items():
             start = self._decode_start.get(rid)
             if start is None:
                 entry = self._entries.get(rid)
                 start = now + (entry[1] if entry else 0) / prefill_tokens_per_s
-            releases.append((max(now, start + output * tpot_s), footprint))
+                releases.append((start + remaining(0, limit) * tpot_s, footprint))
+            else:
+                generated = (now - start) / tpot_s
+                releases.append((now + remaining(generated, limit) * tpot_s, footprint))
         releases.sort()
         return releases
 

@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cost_model.json from benchmarks.replay.calibrate (replaces --gpu)")
     parser.add_argument("--cost", action="append", default=[], metavar="KEY=VALUE",
                         help="override a StepCostModel coefficient (seconds)")
+    parser.add_argument("--max-tokens", choices=["output", "context"], default="output",
+                        help="what clients send as max_tokens: each answer's length (policies "
+                             "see it), or none (vLLM's default, the rest of the context; "
+                             "answers end with a stop token, as a live model's would)")
     add_engine_shape_arguments(parser, max_model_len=32768)
     parser.add_argument("--out", type=Path, required=True)
     return parser
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
     for system in expand_systems(requested):
         with tqdm(total=len(trace.requests), desc=system, unit="req") as bar:
             run = replay(trace, system, shape=shape, cost_model=cost_model, progress=bar.update,
-                         harness=build_system(system, shape))
+                         harness=build_system(system, shape), max_tokens=args.max_tokens)
         runs[system] = run
         summaries[system] = summarize(run, weights=TENANT_WEIGHTS)
     sweep = None
@@ -139,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     shown = [s for s in requested if s in summaries]
     args.out.mkdir(parents=True, exist_ok=True)
     config = {"requests": len(trace.requests), "skip_requests": args.skip_requests,
-              "rate_scale": args.rate_scale,
+              "rate_scale": args.rate_scale, "max_tokens": args.max_tokens,
               "tenants": args.tenants, "seed": args.seed, "gpu": args.gpu,
               "cost_model": attrs.asdict(cost_model), "engine": attrs.asdict(shape)}
     summary = {"trace": trace.name, "config": config,

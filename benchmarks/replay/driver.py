@@ -25,6 +25,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable
+from typing import Literal
 
 import attrs
 
@@ -98,6 +99,9 @@ def work_batch(work: ScheduledWork) -> StepBatch:
                                     for c, k in work.prefills),
                      decode_context_tokens=work.decode_contexts)
 
+MaxTokens = Literal["output", "context"]
+"""What clients send as ``max_tokens`` (see `replay`)."""
+
 
 @attrs.define(eq=False)
 class _Replay:
@@ -119,6 +123,7 @@ class _Replay:
     """The requests the next step will decode, in order, when `FastForward` can predict it."""
     touched: bool = False
     """A request arrived or was cancelled since the last step (its effects show in the next)."""
+    max_tokens: MaxTokens = "output"
 
     def admit(self, index: int, request: TraceRequest) -> None:
         self.touched = True
@@ -133,11 +138,13 @@ class _Replay:
         if request.deadline_s is not None:
             extra["deadline_ms"] = request.deadline_s * 1000.0
         self.records[request.request_id] = RequestRecord.offered(request)
-        max_tokens = min(request.output_tokens, max_model_len - request.prompt_tokens)
+        room = max_model_len - request.prompt_tokens
+        max_tokens = room if self.max_tokens == "context" else min(request.output_tokens, room)
         self.harness.add_request(
             request.request_id, prompt_token_ids(request, index, self.trace.block_size),
             max_tokens, priority=request.priority, extra_args=extra or None,
-            arrival_s=request.arrival_s, session_id=request.session_id)
+            arrival_s=request.arrival_s, session_id=request.session_id,
+            output_tokens=request.output_tokens)
         if request.cancel_after_s is not None:
             heapq.heappush(self._cancels, (request.arrival_s + request.cancel_after_s,
                                            request.request_id))
@@ -256,8 +263,14 @@ class _Replay:
 def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCostModel,
            progress: Callable[[int], None] | None = None,
            harness: SchedulerHarness | None = None, fast_forward: bool = True,
-           max_idle_steps: int = DEFAULT_MAX_IDLE_STEPS) -> SystemRun:
+           max_idle_steps: int = DEFAULT_MAX_IDLE_STEPS,
+           max_tokens: MaxTokens = "output") -> SystemRun:
     """Run ``trace`` through ``system``; every request ends completed, rejected or cancelled.
+
+    ``max_tokens`` is what each client asks for: ``output``, its answer's length (the
+    scheduler, and so every policy, sees how long each answer will be), or ``context``, none
+    (vLLM's default, the rest of the context window): the answer then ends with a stop token
+    at its length, and a policy has to learn output lengths as it would live.
 
     ``harness`` replaces the one built from ``system`` and ``shape`` (to inspect it afterwards).
     ``fast_forward`` plays stretches of identical decode steps without vLLM's step loop where
@@ -274,7 +287,7 @@ def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCos
     fast = FastForward(harness, cost_model) if fast_forward else None
     if fast is not None and not fast.supported:
         fast = None
-    run = _Replay(harness, trace, cost_model, fast=fast)
+    run = _Replay(harness, trace, cost_model, fast=fast, max_tokens=max_tokens)
     requests = trace.requests
     next_index = 0
     clock = harness.clock

@@ -159,9 +159,7 @@ class FastForward:
         """
         scheduler = self.harness.scheduler
         requests = [scheduler.requests[req_id] for req_id in request_ids]
-        max_model_len = scheduler.max_model_len
-        limit = min(min(r.max_tokens - r.num_output_tokens, max_model_len - r.num_tokens)
-                    for r in requests) - 1
+        limit = min(self.harness.tokens_left(r) for r in requests) - 1
         contexts = [r.num_computed_tokens for r in requests]
         size = self._block_size
         free = self._manager.block_pool.get_num_free_blocks()

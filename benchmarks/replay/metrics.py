@@ -169,9 +169,15 @@ def summarize(run: SystemRun, *, slos: Mapping[str, SLO] = DEFAULT_SLOS,
     """Overall, per-class and per-tenant metrics of one system's replay.
 
     Conservation holds by construction of the replay: ``offered == completed +
-    rejected + cancelled``.
+    rejected + cancelled``. ``goodput_rps`` divides the requests meeting their SLO by the
+    run's makespan, which a few long answers' drain can set on its own (a system that serves
+    them in bigger batches finishes later); ``goodput_arrival_window_rps`` divides them by the
+    arrival window instead, the same for every system of a run (so it ranks by ``met_slo``).
     """
-    duration = run.makespan_s - min((r.arrival_s for r in run.records), default=0.0)
+    arrivals = [r.arrival_s for r in run.records]
+    duration = run.makespan_s - min(arrivals, default=0.0)
+    window = max(arrivals, default=0.0) - min(arrivals, default=0.0)
+    met = sum(meets_slo(r, slos) for r in run.records)
     by_class: dict[str, list[RequestRecord]] = defaultdict(list)
     by_tenant: dict[str, list[RequestRecord]] = defaultdict(list)
     by_priority: dict[int, list[RequestRecord]] = defaultdict(list)
@@ -198,6 +204,8 @@ def summarize(run: SystemRun, *, slos: Mapping[str, SLO] = DEFAULT_SLOS,
         "by_priority": {str(k): latency_summary(v, slos, duration, weights)
                         for k, v in sorted(by_priority.items())},
         "fairness": fairness(run.records, weights=weights),
+        "met_slo": met,
+        "goodput_arrival_window_rps": met / window if window > 0 else None,
         "rejections_by_reason": dict(reasons),
         "rejections_with_retry_after": sum(";retry_after_s=" in reason for reason in rejections),
         "max_waiting_sampled": max((s.waiting for s in run.samples), default=0),

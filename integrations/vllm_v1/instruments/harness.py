@@ -10,6 +10,7 @@ replay can run in virtual time.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -47,6 +48,9 @@ from policies import ManualClock
 
 SAMPLED_TOKEN_ID = 7
 """The token every fake model step samples (requests run with ``ignore_eos``)."""
+STOP_TOKEN_ID = 8
+"""The token the fake model samples last for a request given ``output_tokens`` (a stop token
+of that request's, so vLLM finishes it as a model that answered would)."""
 
 _LLAMA_CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -183,6 +187,8 @@ class SchedulerHarness:
     scheduler: Scheduler
     clock: ManualClock = attrs.field(factory=ManualClock)
     _block_hasher: object = attrs.field(init=False, repr=False)
+    _output_tokens: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
+    """Request id -> the output length at which the fake model stops it."""
 
     def __attrs_post_init__(self) -> None:
         init_none_hash(sha256_cbor)
@@ -201,10 +207,17 @@ class SchedulerHarness:
 
     def add_request(self, request_id: str, prompt_token_ids: Sequence[int], max_tokens: int, *,
                     priority: int = 0, extra_args: dict | None = None,
-                    arrival_s: float | None = None, session_id: str | None = None) -> Request:
-        """Submit a request that arrives now (or at ``arrival_s``) and runs ``max_tokens`` steps
+                    arrival_s: float | None = None, session_id: str | None = None,
+                    output_tokens: int | None = None) -> Request:
+        """Submit a request that arrives now (or at ``arrival_s``) and runs ``max_tokens`` steps,
+        or, given ``output_tokens`` below that, stops after that many (the last a stop token):
+        the scheduler then sees only the client's ``max_tokens``, not the answer's length
         (``session_id``: vLLM's session field, the agent session it is a call of)."""
-        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra_args)
+        stops = output_tokens is not None and output_tokens < max_tokens
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra_args,
+                                stop_token_ids=[STOP_TOKEN_ID] if stops else None)
+        if stops:
+            self._output_tokens[request_id] = max(output_tokens, 1)
         request = Request(
             request_id=request_id,
             prompt_token_ids=list(prompt_token_ids),
@@ -229,7 +242,8 @@ class SchedulerHarness:
         for req_id in req_ids:
             request = self.scheduler.requests[req_id]
             done_prefill = request.num_computed_tokens >= request.num_tokens
-            sampled.append([SAMPLED_TOKEN_ID] if done_prefill else [])
+            last = request.num_output_tokens + 1 >= self._output_tokens.get(req_id, math.inf)
+            sampled.append([STOP_TOKEN_ID if last else SAMPLED_TOKEN_ID] if done_prefill else [])
         model_output = ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={req_id: i for i, req_id in enumerate(req_ids)},
@@ -238,7 +252,16 @@ class SchedulerHarness:
         engine_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
         outputs = tuple(out for batch in engine_outputs.values() for out in batch.outputs)
         finished = tuple(out.request_id for out in outputs if out.finish_reason is not None)
+        for req_id in finished:
+            self._output_tokens.pop(req_id, None)
         return StepResult(scheduler_output, outputs, finished)
+
+    def tokens_left(self, request: Request) -> int:
+        """Output tokens ``request`` will still generate (by ``max_tokens`` or its
+        ``output_tokens``), within the context window."""
+        stop = min(request.max_tokens, self._output_tokens.get(request.request_id, math.inf))
+        return min(stop - request.num_output_tokens,
+                   self.scheduler.max_model_len - request.num_tokens)
 
     def has_requests(self) -> bool:
         """Whether anything is still waiting, running or about to be reported."""
@@ -246,6 +269,7 @@ class SchedulerHarness:
 
     def abort(self, request_id: str) -> None:
         """The client cancelled ``request_id`` (as vLLM's engine finishes an aborted request)."""
+        self._output_tokens.pop(request_id, None)
         self.scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
 
     def cached_blocks(self, block_hashes: Sequence[object]) -> int:

@@ -9,7 +9,7 @@ from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.driver import build_harness, prompt_token_ids, replay
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.trace import Trace, TraceRequest
-from integrations.vllm_v1.instruments import EngineShape
+from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 
 SHAPE = EngineShape(num_blocks=256, max_num_batched_tokens=512, max_num_seqs=16)
 COST = StepCostModel.preset("h100")
@@ -152,3 +152,36 @@ def test_same_seed_gives_identical_summary(tmp_path):
     assert (tmp_path / "a" / "ttft.png").stat().st_size > 0
     assert set(first["systems"]) == {"fcfs", "pipeline:qos"}
     assert {"short", "long"} <= set(first["systems"]["fcfs"]["by_class"])
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_clients_without_max_tokens_hide_each_answers_length_and_change_nothing_stock(
+        fast_forward):
+    trace = trace_of(*(req(i, i * 0.02, prompt=40 + 25 * i, output=3 + 4 * i) for i in range(10)))
+    told = replay(trace, "fcfs", shape=SHAPE, cost_model=COST, fast_forward=fast_forward)
+    seen = []
+
+    class Spy(SchedulerHarness):
+        def add_request(self, *args, **kwargs):
+            request = super().add_request(*args, **kwargs)
+            seen.append((request.max_tokens, kwargs["output_tokens"]))
+            return request
+
+    harness = Spy(build_harness("fcfs", SHAPE).scheduler)
+    hidden = replay(trace, "fcfs", shape=SHAPE, cost_model=COST, harness=harness,
+                    fast_forward=fast_forward, max_tokens="context")
+    assert [r.token_times_s for r in hidden.records] == [r.token_times_s for r in told.records]
+    assert {r.outcome for r in hidden.records} == {"completed"}
+    room = [SHAPE.max_model_len - r.prompt_tokens for r in trace.requests]
+    assert seen == list(zip(room, (r.output_tokens for r in trace.requests), strict=True))
+
+
+def test_a_long_answer_sets_the_makespan_but_not_the_arrival_window_goodput():
+    short = [req(i, i * 0.1, output=4) for i in range(10)]
+    quick = summarize(replay(trace_of(*short), "fcfs", shape=SHAPE, cost_model=COST))
+    drained = summarize(replay(trace_of(*short, req(10, 0.9, output=2000)), "fcfs",
+                               shape=SHAPE, cost_model=COST))
+    assert drained["met_slo"] == quick["met_slo"] + 1 == 11
+    assert drained["overall"]["goodput_rps"] < quick["overall"]["goodput_rps"] / 2
+    assert drained["goodput_arrival_window_rps"] == pytest.approx(11 / 0.9)
+    assert quick["goodput_arrival_window_rps"] == pytest.approx(10 / 0.9)
