@@ -82,6 +82,21 @@ class OutputLengths:
             total = sums[cut] - sums[first] + (len(self._sorted) - cut) * limit
         return min(max(total / longer - generated, 0.0), room)
 
+    def remaining_quantiles(self, generated: float, n: int, limit: float = math.inf
+                            ) -> list[float]:
+        """``n`` equally likely remaining outputs of a request that has generated
+        ``generated``: the midpoint quantiles of ``L - generated`` over the remembered
+        lengths ``L > generated``, each cut at ``limit`` (where `remaining` has no longer
+        length to go by, ``n`` times its answer)."""
+        generated = max(generated, 0.0)
+        first = bisect.bisect_right(self._sorted, generated)
+        longer = len(self._sorted) - first
+        if longer == 0:
+            return [self.remaining(generated, limit)] * n
+        room = max(limit - generated, 0.0)
+        return [min(self._sorted[first + int((j + 0.5) * longer / n)] - generated, room)
+                for j in range(n)]
+
     def _sums(self) -> list[int]:
         if self._prefix is None:
             self._prefix = [0, *accumulate(self._sorted)]

@@ -54,6 +54,12 @@ class SLOTarget:
     tpot_s: float = attrs.field(validator=finite_positive)
 
 
+RELEASE_QUANTILES = 8
+"""How many equally likely finishing times each admitted request's KV and slot release is
+spread over: the resolution of the expected-free-KV curve (finer costs more per
+decision; nothing is fitted to it)."""
+
+
 @attrs.frozen(kw_only=True)
 class PrefillLedgerStats:
     """A snapshot of a `PrefillLedger`."""
@@ -202,23 +208,31 @@ class PrefillLedger:
         return self._kv_demand
 
     def kv_releases(self, now: float, tpot_s: float, prefill_tokens_per_s: float
-                    ) -> list[tuple[float, int]]:
-        """``(when, KV tokens)`` the admitted requests free, earliest first, at ``tpot_s`` a
-        token: one decoding finishes what `OutputLengths.remaining` expects after the tokens
-        it has generated since its decoding began (the longer it has run, the longer it may
-        run on); one still in prefill, its expected output after its remaining prefill is done
-        at ``prefill_tokens_per_s``."""
+                    ) -> list[tuple[float, float]]:
+        """``(when, KV tokens)`` the admitted requests are expected to free, earliest first, at
+        ``tpot_s`` a token. Each request's footprint is spread over `RELEASE_QUANTILES` equally
+        likely finishing times (`OutputLengths.remaining_quantiles`), so the running total
+        is the KV expected free by then, and every `RELEASE_QUANTILES` entries one slot: one
+        decoding finishes what may remain after the tokens it has generated since its
+        decoding began (the longer it has run, the longer it may run on); one still in
+        prefill, a new request's output after its remaining prefill is done at
+        ``prefill_tokens_per_s``. (Each request at its own expected finish would put the
+        first releases late: the earliest of many uncertain finishes comes sooner than the
+        earliest expected one.)"""
         releases = []
-        remaining = self.outputs.remaining
+        quantiles = self.outputs.remaining_quantiles
+        n = RELEASE_QUANTILES
         for rid, (footprint, limit) in self._kv.items():
             start = self._decode_start.get(rid)
             if start is None:
                 entry = self._entries.get(rid)
                 start = now + (entry[1] if entry else 0) / prefill_tokens_per_s
-                releases.append((start + remaining(0, limit) * tpot_s, footprint))
+                outputs = quantiles(0, n, limit)
             else:
-                generated = (now - start) / tpot_s
-                releases.append((now + remaining(generated, limit) * tpot_s, footprint))
+                outputs = quantiles((now - start) / tpot_s, n, limit)
+                start = now
+            share = footprint / n
+            releases.extend((start + output * tpot_s, share) for output in outputs)
         releases.sort()
         return releases
 
@@ -483,7 +497,7 @@ class SLOAdmission:
     _step_bound: tuple[LoadSnapshot, float, StepTimeModel] | None = attrs.field(
         init=False, default=None, repr=False)
     """This step's prefill room and the model it was priced on (`_step_room`)."""
-    _releases_memo: tuple[LoadSnapshot, list[tuple[float, int]] | None] | None = attrs.field(
+    _releases_memo: tuple[LoadSnapshot, list[tuple[float, float]] | None] | None = attrs.field(
         init=False, default=None, repr=False)
     """While `decide` runs: its load and the KV releases once computed (`_releases`)."""
 
@@ -609,7 +623,7 @@ class SLOAdmission:
         freed = 0
         for when, tokens in self._releases(load):
             freed += tokens
-            if freed >= need:
+            if freed >= need - 1e-6:  # shares of a footprint may sum a rounding short
                 return when
         return math.inf
 
@@ -622,9 +636,10 @@ class SLOAdmission:
         if need <= 0:
             return load.now
         releases = self._releases(load)
-        return releases[int(need) - 1][0] if need <= len(releases) else math.inf
+        index = int(need) * RELEASE_QUANTILES - 1  # every RELEASE_QUANTILES entries, a slot
+        return releases[index][0] if index < len(releases) else math.inf
 
-    def _releases(self, load: LoadSnapshot) -> list[tuple[float, int]]:
+    def _releases(self, load: LoadSnapshot) -> list[tuple[float, float]]:
         """`PrefillLedger.kv_releases` at the step time measured lately (else the model's full
         step); sorted once per `decide` (its KV and slot waits, admitted and demoted tries)."""
         memo = self._releases_memo

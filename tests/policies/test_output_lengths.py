@@ -63,3 +63,16 @@ def test_remaining_is_the_mean_residual_life_of_the_remembered_lengths(
     got = lengths.remaining(generated, limit)
     assert got == pytest.approx(expected, rel=1e-9, abs=1e-6)
     assert 0 <= got <= room
+
+
+def test_remaining_quantiles_spread_a_request_over_its_equally_likely_finishes():
+    lengths = OutputLengths()
+    for tokens in range(10, 1010, 10):  # 10, 20, ..., 1000
+        lengths.observe(tokens)
+    spread = lengths.remaining_quantiles(500, 5)
+    assert spread == sorted(spread) and len(spread) == 5
+    assert spread[0] < 100 < 400 < spread[-1] <= 500, "soon for some, late for others"
+    assert sum(spread) / 5 == pytest.approx(lengths.remaining(500), rel=0.05)
+    assert max(lengths.remaining_quantiles(500, 5, limit=700)) == 200
+    assert lengths.remaining_quantiles(5000, 3) == [5000] * 3, "longer than any: as in remaining"
+    assert OutputLengths().remaining_quantiles(0, 2, limit=100) == [100, 100]
