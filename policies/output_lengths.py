@@ -34,7 +34,8 @@ class OutputLengths:
     """The output lengths of the last ``memory`` finished requests.
 
     Guarantees: `remaining` is never negative, never more than ``limit - generated``, and
-    never less than half ``default_tokens`` (within ``limit``) before anything finished. `observe` is O(``memory``), `remaining` O(log ``memory``).
+    never less than half ``default_tokens`` (within ``limit``) before anything finished.
+    `observe` is O(``memory``), `remaining` O(log ``memory``).
     """
 
     memory: int = attrs.field(default=OUTPUT_MEMORY_REQUESTS, validator=at_least(1))
@@ -67,12 +68,10 @@ class OutputLengths:
     def remaining(self, generated: float, limit: float = math.inf) -> float:
         """Expected tokens still to come from a request that has generated ``generated`` and
         stops at ``limit`` at the latest."""
-        generated = max(generated, 0.0)
+        generated, first, longer = self._longer(generated)
         room = max(limit - generated, 0.0)
         if not self._sorted:  # the prior, or as many again once past it
             return min(max(self.default_tokens - generated, generated), room)
-        first = bisect.bisect_right(self._sorted, generated)
-        longer = len(self._sorted) - first
         if longer == 0:
             return min(max(generated, 1.0), room)
         sums = self._sums()
@@ -88,14 +87,18 @@ class OutputLengths:
         ``generated``: the midpoint quantiles of ``L - generated`` over the remembered
         lengths ``L > generated``, each cut at ``limit`` (where `remaining` has no longer
         length to go by, ``n`` times its answer)."""
-        generated = max(generated, 0.0)
-        first = bisect.bisect_right(self._sorted, generated)
-        longer = len(self._sorted) - first
+        generated, first, longer = self._longer(generated)
         if longer == 0:
             return [self.remaining(generated, limit)] * n
         room = max(limit - generated, 0.0)
         return [min(self._sorted[first + int((j + 0.5) * longer / n)] - generated, room)
                 for j in range(n)]
+
+    def _longer(self, generated: float) -> tuple[float, int, int]:
+        """``(generated >= 0, index of the first remembered length above it, how many are)``."""
+        generated = max(generated, 0.0)
+        first = bisect.bisect_right(self._sorted, generated)
+        return generated, first, len(self._sorted) - first
 
     def _sums(self) -> list[int]:
         if self._prefix is None:
