@@ -12,8 +12,9 @@ loses no hit).
 
 So on a workload where frequency pays the real order is `SegmentedLRU`, and where it
 does not (agent sessions whose growing context is used once per turn), it is LRU, and it
-follows the better one within the decay window. Cost: three orders' bookkeeping per
-call, still O(1) amortised; memory three times `SegmentedLRU`'s.
+follows the better one within the decay window. Cost: per sampled call, a shadow
+`SegmentedLRU`'s bookkeeping and an LRU queue's besides the real order's, still O(1)
+amortised; memory at most three times `SegmentedLRU`'s.
 
 Session pins (``session_pins``, `SessionHints`): when a turn of an agent session finishes,
 its blocks go to PINNED, evicted only when nothing but WANTED is left, until ``gap_slack``
@@ -30,23 +31,50 @@ blocks a waiting request will hit are kept after pins).
 from __future__ import annotations
 
 import heapq
+import math
+from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 import attrs
 
-from policies.eviction import LRU, EvictionStats, Segment, SegmentedLRU
+from policies.eviction import _PINNED, _WANTED, LRU, EvictionStats, Segment, SegmentedLRU
 from policies.session_retention import SessionGaps, SessionPins
 
 
 @attrs.define(eq=False, kw_only=True)
 class _Shadow:
-    """A key-only cache fed the real order's accesses; counts the ones it would have hit."""
+    """A key-only cache fed the real order's accesses; counts the ones it would have hit.
 
-    order: LRU
+    Subclasses hold the keys: `_OrderShadow` in an eviction order, `_LRUShadow` in a queue
+    (plain LRU needs no per-key metadata).
+    """
+
     score: float = 0.0
     """Decayed hits."""
     hits: int = 0
     accesses: int = 0
+
+    def holds(self, key: Hashable) -> bool:
+        """Whether ``key`` is cached (referenced or evictable)."""
+        raise NotImplementedError
+
+    def _count(self, held: bool, parent: Hashable | None) -> None:
+        """One access, a hit if the key was ``held`` and so is its ``parent`` (if any)."""
+        self.accesses += 1
+        if held and (parent is None or self.holds(parent)):
+            self.score += 1.0
+            self.hits += 1
+
+    def check_invariants(self) -> None:
+        """Assert that no more accesses hit than were counted."""
+        assert self.hits <= self.accesses, (self.hits, self.accesses)
+
+
+@attrs.define(eq=False, kw_only=True)
+class _OrderShadow(_Shadow):
+    """A `_Shadow` whose keys wait in an eviction order (a `SegmentedLRU` in the duel)."""
+
+    order: LRU = attrs.field(factory=SegmentedLRU)
     _in_use: set = attrs.field(factory=set)
     """Keys computed by the shadow and referenced, not released yet."""
 
@@ -55,11 +83,8 @@ class _Shadow:
 
     def access(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
         """``key`` (below ``parent``) is used by a request; it becomes referenced."""
-        held = self.holds(key)
-        self.accesses += 1
-        if held and (parent is None or self.holds(parent)):
-            self.score += 1.0
-            self.hits += 1
+        held = key in self._in_use or self.order.tracks(key)
+        self._count(held, parent)
         if key in self.order:
             self.order.acquire(key)
         elif not held:
@@ -68,27 +93,74 @@ class _Shadow:
 
     def release(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
         """The real order released ``key``: an access first unless the shadow had it in use."""
-        if key in self.order or not self.holds(key):
+        order, in_use = self.order, self._in_use
+        if key in order or not (key in in_use or order.tracks(key)):
             self.access(key, parent, capacity)
-        self._in_use.discard(key)
-        self.order.release(key, parent if self.holds(parent) else None)
-        if parent in self._in_use and self.order.tracks(parent):  # SegmentedLRU linked it
-            self._in_use.discard(parent)
+        in_use.discard(key)
+        order.release(key, parent if self.holds(parent) else None)
+        if parent in in_use and order.tracks(parent):  # SegmentedLRU linked it
+            in_use.discard(parent)
 
     def trim(self, capacity: float) -> None:
         """Evict until at most ``capacity`` keys are cached or none is evictable."""
-        while self.size() > capacity and len(self.order):
-            self.order.evict()
+        order, in_use = self.order, self._in_use
+        while order.tracked + len(in_use) > capacity and len(order):
+            order.evict()
 
-    def size(self) -> int:
-        """Cached keys: tracked by the order or in use."""
-        return self.order.tracked + len(self._in_use)
+    def check_invariants(self) -> None:
+        """Assert the order's invariants and the counts'."""
+        super().check_invariants()
+        self.order.check_invariants()
+
+
+@attrs.define(eq=False, kw_only=True)
+class _LRUShadow(_Shadow):
+    """A `_Shadow` that evicts as `LRU`: counts the hits an `_OrderShadow` over `LRU` would,
+    with a set and a queue instead of an order's metadata."""
+
+    _held: set = attrs.field(factory=set)
+    """Cached keys, referenced or evictable."""
+    _queue: OrderedDict = attrs.field(factory=OrderedDict)
+    """Evictable keys, least recently released first."""
+
+    def holds(self, key: Hashable) -> bool:
+        return key in self._held
+
+    def access(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
+        """``key`` (below ``parent``) is used by a request; it becomes referenced."""
+        held = key in self._held
+        self._count(held, parent)
+        if held:
+            self._queue.pop(key, None)
+        else:
+            self.trim(capacity - 1)
+            self._held.add(key)
+
+    def release(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
+        """The real order released ``key``: an access first unless the shadow had it in use."""
+        if key in self._queue or key not in self._held:
+            self.access(key, parent, capacity)
+        self._queue[key] = None
+
+    def trim(self, capacity: float) -> None:
+        """Evict until at most ``capacity`` keys are cached or none is evictable."""
+        held, queue = self._held, self._queue
+        while len(held) > capacity and queue:
+            held.remove(queue.popitem(last=False)[0])
+
+    def check_invariants(self) -> None:
+        """Assert that every evictable key is cached, and the counts'."""
+        super().check_invariants()
+        assert all(key in self._held for key in self._queue)
 
 
 @attrs.define(eq=False, kw_only=True)
 class DuelingSLRU(SegmentedLRU):
     """Never far below LRU: evicts as `SegmentedLRU` while a shadow SLRU out-hits a shadow
     LRU over the last ``window_accesses`` (decayed), else as LRU; O(1) amortised per call.
+
+    The hot paths call `SegmentedLRU`'s methods by name: ``super()`` costs as much as the
+    call itself in Python 3.11.
 
     Guarantees (besides `SegmentedLRU`'s segment rules): while `mode` is ``"lru"`` PROTECTED
     is empty after each release, so keys are evicted uncached, orphans, then in release
@@ -106,10 +178,9 @@ class DuelingSLRU(SegmentedLRU):
     each shadow keeps at least this many keys (a small cache is not sampled)."""
     _sample: int = attrs.field(init=False, repr=False, default=1)
 
-    _lru: _Shadow = attrs.field(init=False, repr=False, factory=lambda: _Shadow(order=LRU()))
-    _slru: _Shadow = attrs.field(init=False, repr=False,
-                                 factory=lambda: _Shadow(order=SegmentedLRU()))
-    _capacity: float = attrs.field(init=False, repr=False, default=float("inf"))
+    _lru: _LRUShadow = attrs.field(init=False, repr=False, factory=_LRUShadow)
+    _slru: _OrderShadow = attrs.field(init=False, repr=False, factory=_OrderShadow)
+    _capacity: float = attrs.field(init=False, repr=False, default=math.inf)
     """Cached keys the shadows may hold: the most the real order tracked at an eviction."""
     _switches: int = attrs.field(init=False, repr=False, default=0)
     _lru_mode: bool = attrs.field(init=False, repr=False, default=False)
@@ -138,34 +209,34 @@ class DuelingSLRU(SegmentedLRU):
         """As `SegmentedLRU.acquire`; both shadows see an access of ``key``; a hit on a pinned
         key (also one in WANTED since) counts in ``pin_hits``."""
         segment = self.segment_of(key)  # a pinned block a waiting request wanted since
-        if key in self._pinned_until and segment is not None and segment >= Segment.PINNED:
+        if key in self._pinned_until and segment is not None and segment >= _PINNED:
             self._counts["pin_hits"] += 1
             del self._pinned_until[key]
-        super().acquire(key)
+        SegmentedLRU.acquire(self, key)
         if not hash(key) % self._sample:
             self._observe(key, self._entries[key].parent, release=False)
 
     def _release(self, key: Hashable, parent: Hashable | None, *, protect: bool = False,
                  cancelled: bool = False) -> None:
-        super()._release(key, parent, protect=protect, cancelled=cancelled)
+        SegmentedLRU._release(self, key, parent, protect=protect, cancelled=cancelled)
         if not hash(key) % self._sample:
             self._observe(key, parent, release=True)
 
     def evict(self) -> Hashable:
         """As `SegmentedLRU.evict`; the shadows' capacity follows the real cache's."""
-        if self._capacity == float("inf"):  # the cache is full: fix the sample rate
+        if self._capacity == math.inf:  # the cache is full: fix the sample rate
             self._capacity = float(len(self._entries))
             self._sample = max(1, min(self.shadow_sample,
                                       len(self._entries) // self.min_shadow_blocks))
             if self._sample > 1:  # start the shadows over on the sampled keys
-                self._lru, self._slru = _Shadow(order=LRU()), _Shadow(order=SegmentedLRU())
+                self._lru, self._slru = _LRUShadow(), _OrderShadow()
         elif len(self._entries) > self._capacity:
             self._capacity = float(len(self._entries))
-        pinned = self._segments[Segment.PINNED]
-        if pinned and len(pinned) + len(self._segments[Segment.WANTED]) == len(self):
+        pinned = self._segments[_PINNED]
+        if pinned and len(pinned) + len(self._segments[_WANTED]) == len(self):
             # only pins (and blocks waiting requests want) left: the farthest return goes
             pinned.move_to_end(self._farthest_pin(), last=False)
-        key = super().evict()
+        key = SegmentedLRU.evict(self)
         self._pinned_until.pop(key, None)
         return key
 
@@ -275,7 +346,7 @@ class DuelingSLRU(SegmentedLRU):
             self._switches += 1
 
     def _protected_limit(self) -> int:
-        return 0 if self._lru_mode else super()._protected_limit()
+        return 0 if self._lru_mode else SegmentedLRU._protected_limit(self)
 
     def duel_stats(self) -> dict[str, float]:
         """The shadows' hits (total and decayed) and how often the mode switched."""
@@ -291,9 +362,7 @@ class DuelingSLRU(SegmentedLRU):
     def check_invariants(self) -> None:
         """Assert the real order's and both shadows' invariants and that every pin is known."""
         super().check_invariants()
-        self._lru.order.check_invariants()
-        self._slru.order.check_invariants()
-        for shadow in (self._lru, self._slru):
-            assert shadow.hits <= shadow.accesses, (shadow.hits, shadow.accesses)
+        self._lru.check_invariants()
+        self._slru.check_invariants()
         for key in self._segments[Segment.PINNED]:
             assert key in self._pinned_until, key

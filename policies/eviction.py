@@ -57,6 +57,11 @@ class Segment(enum.IntEnum):
     WANTED = 5
 
 
+_UNCACHED, _ORPHAN, _PROBATION, _PROTECTED, _PINNED, _WANTED = Segment
+"""The members as module names for the hot paths: looking up ``Segment.X`` costs more than
+most of an O(1) call around it."""
+
+
 @runtime_checkable
 class EvictionOrder(Protocol):
     """Chooses which unreferenced prefix-cache block is evicted next."""
@@ -268,7 +273,7 @@ class LRU:
                 raise ValueError(f"key {key!r} is already evictable")
             self._forget(key, entry)
         entry = self._entries[key] = _Entry(uses=0)
-        self._put(key, entry, Segment.UNCACHED, front=True)
+        self._put(key, entry, _UNCACHED, front=True)
 
     def acquire(self, key: Hashable) -> None:
         """The evictable ``key`` is referenced again; its use count grows by one.
@@ -279,7 +284,7 @@ class LRU:
         entry = self._entries.get(key)
         if entry is None or entry.segment is None:
             raise KeyError(f"key {key!r} is not evictable")
-        if entry.segment is Segment.WANTED:
+        if entry.segment is _WANTED:
             self._counts["wanted_hits"] += 1
         del self._segments[entry.segment][key]
         entry.segment = None
@@ -386,7 +391,7 @@ class LRU:
 
     def _segment_for(self, entry: _Entry, protect: bool = False,
                      cancelled: bool = False) -> Segment:
-        return Segment.PROBATION
+        return _PROBATION
 
     def _remembered_uses(self, key: Hashable) -> int:
         """Uses of ``key``'s content before it was last evicted (plain LRU forgets them)."""
@@ -422,9 +427,9 @@ class LRU:
     def _orphan(self, key: Hashable) -> None:
         entry = self._entries[key]
         entry.parent = None
-        if entry.segment is not None and entry.segment is not Segment.ORPHAN:
+        if entry.segment is not None and entry.segment is not _ORPHAN:
             del self._segments[entry.segment][key]
-            self._put(key, entry, Segment.ORPHAN)
+            self._put(key, entry, _ORPHAN)
             self._counts["orphaned"] += 1
 
 
@@ -502,24 +507,27 @@ class SegmentedLRU(LRU):
         return self._history.pop(key, 0)
 
     def _remember(self, key: Hashable, uses: int) -> None:
-        self._peak_tracked = max(self._peak_tracked, len(self._entries) + 1)
-        self._history[key] = uses
+        tracked = len(self._entries) + 1
+        if tracked > self._peak_tracked:  # assigned only when it grows: attrs hooks setattr
+            self._peak_tracked = tracked
+        history = self._history
+        history[key] = uses
         limit = int(self.history_factor * self._peak_tracked)
-        while len(self._history) > limit:
-            self._history.popitem(last=False)
+        while len(history) > limit:
+            history.popitem(last=False)
 
     def _segment_for(self, entry: _Entry, protect: bool = False,
                      cancelled: bool = False) -> Segment:
         if protect and self.shield_preempted:
             self._counts["shielded"] += 1
-            return Segment.PROTECTED
+            return _PROTECTED
         if cancelled and self.retain_cancelled:
             self._counts["retained_cancelled"] += 1
-            return Segment.PROTECTED
+            return _PROTECTED
         if entry.uses >= self.promote_after_uses:
             self._counts["promotions"] += 1
-            return Segment.PROTECTED
-        return Segment.PROBATION
+            return _PROTECTED
+        return _PROBATION
 
     def expect(self, keys: Sequence[Hashable]) -> None:
         """A request whose prompt's blocks are ``keys`` waits: each evictable one that a
@@ -531,9 +539,9 @@ class SegmentedLRU(LRU):
             count = wanted.get(key, 0)
             wanted[key] = count + 1
             entry = entries.get(key) if not count else None
-            if entry is not None and entry.segment is not None and entry.segment > Segment.ORPHAN:
+            if entry is not None and entry.segment is not None and entry.segment > _ORPHAN:
                 del segments[entry.segment][key]
-                self._put(key, entry, Segment.WANTED)
+                self._put(key, entry, _WANTED)
 
     def unexpect(self, keys: Sequence[Hashable]) -> None:
         """The request `expect` was told ``keys`` of no longer waits: a key no other waiting
@@ -554,34 +562,36 @@ class SegmentedLRU(LRU):
                 continue
             del wanted[key]
             entry = entries.get(key)
-            if entry is not None and entry.segment is Segment.WANTED:
-                del self._segments[Segment.WANTED][key]
+            if entry is not None and entry.segment is _WANTED:
+                del self._segments[_WANTED][key]
                 self._replace(key, entry)
 
     def _replace(self, key: Hashable, entry: _Entry) -> None:
         """Put an evictable key that left WANTED or PINNED where a release would: PROTECTED
         if reused, else PROBATION; rebalance."""
         reused = entry.uses >= self.promote_after_uses
-        self._put(key, entry, Segment.PROTECTED if reused else Segment.PROBATION)
+        self._put(key, entry, _PROTECTED if reused else _PROBATION)
         self._after_release()
 
     def _put(self, key: Hashable, entry: _Entry, segment: Segment, front: bool = False) -> None:
-        if self._wanted and key in self._wanted and segment > Segment.ORPHAN:
-            segment, front = Segment.WANTED, False
-        super()._put(key, entry, segment, front)
+        if self._wanted and key in self._wanted and segment > _ORPHAN:
+            segment, front = _WANTED, False
+        LRU._put(self, key, entry, segment, front)  # by name: super() costs a call in 3.11
 
     def _protected_limit(self) -> int:
         """The most keys the protected segment may hold; the rest are demoted."""
         return max(1, int(self.protected_fraction * len(self)))
 
     def _after_release(self) -> None:
-        protected = self._segments[Segment.PROTECTED]
+        protected = self._segments[_PROTECTED]
+        if not protected:  # nothing to demote, whatever the limit
+            return
         limit = self._protected_limit()
         while len(protected) > limit:
             key, _ = protected.popitem(last=False)
             entry = self._entries[key]
             entry.uses //= 2
-            self._put(key, entry, Segment.PROBATION)
+            self._put(key, entry, _PROBATION)
             self._counts["demotions"] += 1
 
     def _link(self, key: Hashable, entry: _Entry, parent: Hashable | None) -> None:
@@ -595,7 +605,7 @@ class SegmentedLRU(LRU):
         parent_entry = self._entries.get(parent)
         if parent_entry is None:  # cached and referenced, not released yet
             parent_entry = self._entries[parent] = _Entry(uses=1 + self._remembered_uses(parent))
-        if parent_entry.segment is not Segment.UNCACHED:
+        if parent_entry.segment is not _UNCACHED:
             entry.parent = parent
             parent_entry.children[key] = None
 

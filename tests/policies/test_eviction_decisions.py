@@ -1,13 +1,16 @@
 """The shipped eviction orders' decisions, pinned: seeded operation sequences replayed on
-each order must give the digests recorded before the hot path was optimised (issue 20)."""
+each order must give the digests recorded before the hot path was optimised (issue 20); the
+duel's lean LRU shadow counts what a shadow over `LRU` would."""
 
 import hashlib
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies import LRU, SegmentedLRU
-from policies.adaptive_eviction import DuelingSLRU
+from policies.adaptive_eviction import DuelingSLRU, _LRUShadow, _OrderShadow
 from policies.prompt_versions import PromptVersions
 from policies.session_retention import SessionPins
 
@@ -152,3 +155,26 @@ PINNED = {
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_decisions_match_the_recorded_ones(name, seed):
     assert Driver(ORDERS[name](), seed).digest(3000) == PINNED[name, seed]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.integers(0, 12), st.integers(-1, 12)),
+                    max_size=120),
+       capacity=st.sampled_from([2.0, 3.5, 6.0, 100.0]))
+def test_lru_shadow_counts_the_hits_a_shadow_over_lru_would(ops, capacity):
+    """The duel's queue-only LRU shadow and a shadow holding its keys in `LRU` agree on every
+    hit and on what they hold, whatever the accesses and releases."""
+    lean, reference = _LRUShadow(), _OrderShadow(order=LRU())
+    for release, key, parent in ops:
+        parent = None if parent < 0 or parent == key else parent
+        for shadow in (lean, reference):
+            shadow.score *= 0.9
+            if release:
+                shadow.release(key, parent, capacity)
+            else:
+                shadow.access(key, parent, capacity)
+        assert (lean.hits, lean.accesses, lean.score) == (
+            reference.hits, reference.accesses, reference.score)
+        assert all(lean.holds(k) == reference.holds(k) for k in range(13))
+    lean.check_invariants()
+    reference.check_invariants()
