@@ -53,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="systems replayed at once, each in its own process (default: "
                              "the CPU count; the results do not depend on it)")
+    parser.add_argument("--max-tokens", choices=("output", "context"), default="output",
+                        help="what clients send as max_tokens: each answer's length (policies "
+                             "see it), or the rest of the context window (they do not: the "
+                             "answer still ends at its length; live, the client closes the "
+                             "stream there)")
     parser.add_argument("--live", action="store_true",
                         help="a scaled-down run through real CPU vLLM servers over HTTP "
                              "(writes live_summary.json, live_report.md; see `live`)")
@@ -64,7 +69,8 @@ def main(argv: list[str] | None = None) -> dict:
     logging.getLogger("vllm").setLevel(logging.ERROR)
     if args.live:
         return main_live(args.out, quick=args.quick, seed=args.seed,
-                         systems=(args.systems or ",".join(LIVE_SYSTEMS)).split(","))
+                         systems=(args.systems or ",".join(LIVE_SYSTEMS)).split(","),
+                         max_tokens=args.max_tokens)
     started = time.perf_counter()
     phase_s = args.phase_s or (QUICK_PHASE_S if args.quick else PHASE_S)
     workload = business_workload(seed=args.seed, phase_s=phase_s)
@@ -75,7 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
             bar.set_description(system)
             return bar.update
 
-        summary = run_study(workload, systems=systems, jobs=args.jobs, progress=progress)
+        summary = run_study(workload, systems=systems, jobs=args.jobs, progress=progress,
+                            max_tokens=args.max_tokens)
     summary["config"]["seed"] = args.seed
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

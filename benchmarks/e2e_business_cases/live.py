@@ -47,7 +47,7 @@ from benchmarks.e2e_business_cases.workload import (
     BusinessWorkload,
     business_workload,
 )
-from benchmarks.replay.records import SystemRun
+from benchmarks.replay.records import MaxTokens, SystemRun
 from benchmarks.replay.step_model_convergence import plot as plot_step_model
 from benchmarks.replay.systems import QUEUE_CAPS, QueueCaps
 from integrations.vllm_v1.instruments.step_log import step_log_server_args
@@ -247,10 +247,11 @@ class _StepModelWatch:
 
 
 def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *,
-               model: str, log_dir: Path, step_log: Path | None = None
-               ) -> tuple[SystemRun, dict]:
+               model: str, log_dir: Path, step_log: Path | None = None,
+               max_tokens: MaxTokens = "output") -> tuple[SystemRun, dict]:
     """Start ``system``'s server, play ``requests`` through it, stop it; the run and timings
-    (with, for a pipeline with a learned step model, its ``/metrics`` error over time)."""
+    (with, for a pipeline with a learned step model, its ``/metrics`` error over time).
+    ``max_tokens``: what the clients send (`live_client.request_body`)."""
     started = time.perf_counter()
     with start_server(system, scale, model=model, log_path=log_dir / f"{system}.log",
                       step_log=step_log) as server:
@@ -259,9 +260,10 @@ def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *
         _warm_up(server, model)
         ready_s = time.perf_counter() - started
         with _StepModelWatch(server.url) as watch:
-            records, samples = asyncio.run(play(server.url, model, requests,
-                                                with_priority=not system.startswith(
-                                                    (QUEUE_CAPS + ":fcfs", "fcfs"))))
+            records, samples = asyncio.run(play(
+                server.url, model, requests, max_tokens=max_tokens,
+                max_model_len=scale.max_model_len,
+                with_priority=not system.startswith((QUEUE_CAPS + ":fcfs", "fcfs"))))
         played_s = time.perf_counter() - started - ready_s
     run = SystemRun(system=system, records=tuple(records), samples=tuple(samples),
                     preemptions=0, steps=0, makespan_s=max(
@@ -276,9 +278,10 @@ def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *
 def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,
                    systems: Sequence[str] = LIVE_SYSTEMS, phases: int | None = None,
                    log_dir: Path | None = None, model: str | None = None,
-                   step_logs: Path | None = None,
+                   step_logs: Path | None = None, max_tokens: MaxTokens = "output",
                    progress: Callable[[str], None] | None = None) -> dict:
     """Play the scaled workload through each system's live server in turn; a study summary.
+    ``max_tokens``: what the clients send (`live_client.request_body`).
 
     ``model`` defaults to the embedded tiny model; with ``step_logs`` (a directory) each
     pipeline system's steps are logged to ``step_logs/<system>.jsonl``.
@@ -305,7 +308,8 @@ def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,
             progress(system)
         run, timings[system] = run_system(
             system, requests, scale, model=model, log_dir=log_dir,
-            step_log=None if step_logs is None else step_logs / f"{system}.jsonl")
+            step_log=None if step_logs is None else step_logs / f"{system}.jsonl",
+            max_tokens=max_tokens)
         per_system[system] = run_phases(run, workload, DEFINITIONS[PRIMARY], DEFINITIONS)
         timings[system]["records"] = _outcomes(run)
     summary = {
@@ -315,7 +319,7 @@ def run_live_study(*, scale: LiveScale = LiveScale(), seed: int = 0,
                    "slo_definition": PRIMARY,
                    "slos": {k: attrs.asdict(v) for k, v in DEFINITIONS[PRIMARY].items()},
                    "model": model},
-        "live": {"scale": attrs.asdict(scale), "systems": timings,
+        "live": {"scale": attrs.asdict(scale), "max_tokens_mode": max_tokens, "systems": timings,
                  "prompt_tokens": sum(len(r.prompt_token_ids) for r in requests),
                  "max_tokens": sum(r.max_tokens for r in requests)},
         "phases": [{"name": phase.name, "start_s": i * scale.phase_s,
@@ -348,11 +352,12 @@ def write_live(summary: dict, out: Path) -> None:
                             f"online step model, live CPU engine ({system}), wall time")
 
 
-def main_live(out: Path, *, quick: bool, seed: int, systems: Sequence[str]) -> dict:
+def main_live(out: Path, *, quick: bool, seed: int, systems: Sequence[str],
+              max_tokens: MaxTokens = "output") -> dict:
     """The ``--live`` command: run, write, print the headline."""
     started = time.perf_counter()
     summary = run_live_study(scale=QUICK if quick else LiveScale(), seed=seed, systems=systems,
-                             log_dir=out / "logs",
+                             log_dir=out / "logs", max_tokens=max_tokens,
                              progress=lambda s: print(f"live: {s} ...", flush=True))
     write_live(summary, out)
     print(console_table(summary))

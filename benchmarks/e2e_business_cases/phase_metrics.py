@@ -98,6 +98,7 @@ def phase_metrics(records: Sequence[RequestRecord], samples: Sequence[EngineSamp
         "goodput_rps": overall["goodput_rps"],
         "admitted_slo_attainment": overall["admitted_slo_attainment"],
         "admitted_slo_attainment_uncancelled": overall["admitted_slo_attainment_uncancelled"],
+        "cancelled_on_time": overall["cancelled_on_time"],
         "admitted_slo_attainment_by_tier": {t: s["admitted_slo_attainment"]
                                             for t, s in by_tier.items()},
         "by_definition": {name: slo_figures(records, definition, phase_s)

@@ -37,7 +37,7 @@ from benchmarks.e2e_business_cases.workload import BusinessWorkload
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import SLO, latency_summary
-from benchmarks.replay.records import SystemRun
+from benchmarks.replay.records import MaxTokens, SystemRun
 from benchmarks.replay.systems import (
     QUEUE_CAPS,
     QUEUE_CAPS_SWEEP,
@@ -82,16 +82,19 @@ def queue_caps_sweep(runs: Mapping[str, SystemRun], phases: Mapping[str, list[di
 
 def replay_system(workload: BusinessWorkload, system: str, shape: EngineShape,
                   cost_model: StepCostModel,
-                  progress: Callable[[int], None] | None = None) -> SystemRun:
-    """``workload`` replayed through ``system`` on its own fresh harness."""
+                  progress: Callable[[int], None] | None = None,
+                  max_tokens: MaxTokens = "output") -> SystemRun:
+    """``workload`` replayed through ``system`` on its own fresh harness, the clients sending
+    ``max_tokens`` (`benchmarks.replay.driver.replay`)."""
     return replay(workload.trace, system, shape=shape, cost_model=cost_model,
-                  harness=build_system(system, shape), progress=progress)
+                  harness=build_system(system, shape), progress=progress,
+                  max_tokens=max_tokens)
 
 
 def replay_systems(workload: BusinessWorkload, systems: Sequence[str], *,
                    shape: EngineShape, cost_model: StepCostModel, jobs: int = 1,
                    progress: Callable[[str], Callable[[int], None]] | None = None,
-                   ) -> dict[str, SystemRun]:
+                   max_tokens: MaxTokens = "output") -> dict[str, SystemRun]:
     """Each of ``systems`` replayed (`replay_system`), ``jobs`` at a time in worker processes.
 
     The runs do not depend on ``jobs``: every system replays the same trace on its own
@@ -103,11 +106,12 @@ def replay_systems(workload: BusinessWorkload, systems: Sequence[str], *,
         raise ValueError(f"jobs must be >= 1, got {jobs!r}")
     if jobs == 1 or len(systems) == 1:
         return {system: replay_system(workload, system, shape, cost_model,
-                                      progress(system) if progress else None)
+                                      progress(system) if progress else None, max_tokens)
                 for system in systems}
     with ProcessPoolExecutor(max_workers=min(jobs, len(systems)),
                              mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {system: pool.submit(replay_system, workload, system, shape, cost_model)
+        futures = {system: pool.submit(replay_system, workload, system, shape, cost_model,
+                                       None, max_tokens)
                    for system in systems}
         runs = {}
         for system, future in futures.items():
@@ -121,19 +125,21 @@ def run_study(workload: BusinessWorkload, *, systems: Sequence[str] = SYSTEMS,
               shape: EngineShape = SHAPE, cost_model: StepCostModel | None = None,
               definitions: Mapping[str, Mapping[str, SLO]] = DEFINITIONS,
               primary: str = PRIMARY, jobs: int = 1,
-              progress: Callable[[str], Callable[[int], None]] | None = None) -> dict:
+              progress: Callable[[str], Callable[[int], None]] | None = None,
+              max_tokens: MaxTokens = "output") -> dict:
     """Replay ``workload`` through each of ``systems``; the summary in the module docstring.
 
     Every system replays the same trace on its own fresh harness, so systems do
     not share state, and ``jobs`` of them run at once (`replay_systems`; the summary does not
     depend on it). ``progress(system)`` returns a callback told of admitted arrivals. SLO
     figures are judged under ``definitions[primary]`` (and under each definition in
-    ``by_definition``).
+    ``by_definition``). ``max_tokens``: what the clients send (`replay_system`).
     """
     cost_model = cost_model or StepCostModel.preset("h100")
     slos = definitions[primary]
     runs = replay_systems(workload, expand_systems(systems), shape=shape,
-                          cost_model=cost_model, jobs=jobs, progress=progress)
+                          cost_model=cost_model, jobs=jobs, progress=progress,
+                          max_tokens=max_tokens)
     per_system = {system: run_phases(run, workload, slos, definitions)
                   for system, run in runs.items()}
     sweep = None
@@ -154,7 +160,8 @@ def run_study(workload: BusinessWorkload, *, systems: Sequence[str] = SYSTEMS,
                    "tenants": {t.name: attrs.asdict(t) for t in workload.tenants},
                    "weights": workload.weights, "slo_definition": primary,
                    "slos": {k: attrs.asdict(v) for k, v in slos.items()},
-                   "engine": attrs.asdict(shape), "cost_model": attrs.asdict(cost_model)},
+                   "engine": attrs.asdict(shape), "cost_model": attrs.asdict(cost_model),
+                   "max_tokens_mode": max_tokens},
         "headline": HEADLINE if HEADLINE in shown else shown[-1],
         "product_preset": {"system": HEADLINE, "preset": "slo",
                            "declaration": "systems.slo_spec (the SLO classes, Gold protected)"},

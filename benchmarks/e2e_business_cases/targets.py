@@ -98,6 +98,7 @@ def _judge(system: str, summary: dict) -> list[dict]:
         {"target": "overload_admitted_slo", "system": system, "values": [admitted],
          "best_stock": best_admitted[1], "best_stock_systems": best_admitted[0],
          "uncancelled": last["admitted_slo_attainment_uncancelled"],
+         "cancelled_on_time": last.get("cancelled_on_time"),
          "passed": admitted is not None and admitted >= ADMITTED_SLO_MIN},
         {"target": "overload_goodput", "system": system, "values": [goodput],
          "best_stock": best_goodput[1], "best_stock_systems": best_goodput[0],

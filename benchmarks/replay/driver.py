@@ -25,13 +25,12 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from typing import Literal
 
 import attrs
 
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
 from benchmarks.replay.fast_forward import FastForward
-from benchmarks.replay.records import EngineSample, RequestRecord, SystemRun
+from benchmarks.replay.records import EngineSample, MaxTokens, RequestRecord, SystemRun
 from benchmarks.replay.trace import Trace, TraceRequest
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.spec import resolve_pipeline
@@ -98,10 +97,6 @@ def work_batch(work: ScheduledWork) -> StepBatch:
     return StepBatch(prefills=tuple(PrefillChunk(tokens=c, cached_tokens=k)
                                     for c, k in work.prefills),
                      decode_context_tokens=work.decode_contexts)
-
-MaxTokens = Literal["output", "context"]
-"""What clients send as ``max_tokens`` (see `replay`)."""
-
 
 @attrs.define(eq=False)
 class _Replay:

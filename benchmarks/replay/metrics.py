@@ -78,7 +78,7 @@ def latency_summary(records: Iterable[RequestRecord], slos: Mapping[str, SLO],
     the share of the admitted ones (not rejected; a cancelled request never meets its SLO);
     ``admitted_slo_attainment_uncancelled`` the same without the requests the client
     cancelled before they were late (no first token past the TTFT target), which the engine
-    could not have served in full.
+    could not have served in full (``cancelled_on_time`` counts them).
     """
     records = list(records)
     done = [r for r in records if r.outcome == "completed"]
@@ -96,6 +96,7 @@ def latency_summary(records: Iterable[RequestRecord], slos: Mapping[str, SLO],
         "completed": len(done),
         "rejected": sum(r.outcome == "rejected" for r in records),
         "cancelled": sum(r.outcome == "cancelled" for r in records),
+        "cancelled_on_time": sum(r.outcome == "cancelled" for r in served) - late_cancels,
         "ttft_p50_s": _pct(ttft, 50),
         "ttft_p90_s": _pct(ttft, 90),
         "ttft_p99_s": _pct(ttft, 99),

@@ -9,6 +9,9 @@ import attrs
 from benchmarks.replay.trace import TraceRequest
 
 Outcome = Literal["completed", "rejected", "cancelled"]
+MaxTokens = Literal["output", "context"]
+"""What clients send as ``max_tokens``: each answer's length (policies see it), or the rest
+of the context window (they do not; the answer ends at its length all the same)."""
 
 
 @attrs.define(eq=False, kw_only=True)

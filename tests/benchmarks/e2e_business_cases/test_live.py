@@ -9,7 +9,13 @@ import pytest
 from aiohttp import web
 
 from benchmarks.e2e_business_cases.live import WARM_UP_PROMPT, LiveScale, live_requests
-from benchmarks.e2e_business_cases.live_client import LiveRequest, parse_gauges, play
+from benchmarks.e2e_business_cases.live_client import (
+    STOP_TOKEN_ID,
+    LiveRequest,
+    parse_gauges,
+    play,
+    request_body,
+)
 from benchmarks.e2e_business_cases.workload import (
     BASE_RATE_SCALE,
     PHASES,
@@ -54,10 +60,15 @@ def _event(payload):
     return f"data: {json.dumps(payload)}\n\n".encode()
 
 
+_BODIES = {}
+
+
 async def _stub(request):
-    """Answers by the prompt's first token: 1 -> 503, 2 -> empty stream, 3 -> never ends."""
+    """Answers by the prompt's first token: 1 -> 503, 2 -> empty stream, 3 -> never ends,
+    4 -> three chunks and the usage."""
     body = await request.json()
     kind = body["prompt"][0]
+    _BODIES[kind] = body
     if kind == 1:
         return web.json_response(
             {"error": {"message": "request rejected by the scheduler: queue_full; retry after "
@@ -83,7 +94,7 @@ def _live(kind, **fields):
                        **fields)
 
 
-async def _play_against_stub(requests):
+async def _play_against_stub(requests, **options):
     app = web.Application()
     app.router.add_post("/v1/completions", _stub)
     runner = web.AppRunner(app, handler_cancellation=True)
@@ -93,7 +104,7 @@ async def _play_against_stub(requests):
     port = runner.addresses[0][1]
     try:
         return await play(f"http://127.0.0.1:{port}", "m", requests, with_priority=True,
-                          sample_every_s=60.0)
+                          sample_every_s=60.0, **options)
     finally:
         await runner.cleanup()
 
@@ -110,6 +121,18 @@ def test_client_classifies_rejections_empty_streams_cancels_and_completions():
     assert done.outcome == "completed"
     assert len(done.token_times_s) == 4  # three chunks, four tokens by the usage
     assert done.cached_tokens == 20  # 2 of 4 live prompt tokens -> half of 40
+
+
+def test_a_client_hiding_the_length_asks_for_the_context_and_ends_the_answer_by_a_stop_token():
+    records, _ = asyncio.run(_play_against_stub([_live(4)], max_tokens="context",
+                                                max_model_len=64))
+    body = _BODIES[4]
+    assert body["max_tokens"] == 64 - 4  # the rest of the context, not the answer's 4
+    assert body["min_tokens"] == 3 and body["stop_token_ids"] == [STOP_TOKEN_ID]
+    assert body["logit_bias"] == {str(STOP_TOKEN_ID): 100}  # the 4th token is the stop
+    assert records[0].outcome == "completed"
+    output_body = request_body(_live(4), "m", with_priority=False)
+    assert output_body["max_tokens"] == 4 and "min_tokens" not in output_body
 
 
 @pytest.mark.engine

@@ -17,7 +17,8 @@ METRIC_KEYS = {
     "gold_short_ttft_p99_s", "short_ttft_p99_s", "ttft_p99_s_by_tier", "slo_attainment_by_tier",
     "goodput_rps", "jain_index", "fair_share_jain", "prefix_hit_rate", "offered", "admitted", "rejected",
     "rejections_by_reason", "all_rejections_have_retry_after", "queue_len_max",
-    "admitted_slo_attainment", "admitted_slo_attainment_uncancelled", "by_definition",
+    "admitted_slo_attainment", "admitted_slo_attainment_uncancelled", "cancelled_on_time",
+    "by_definition",
 }
 
 
