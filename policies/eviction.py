@@ -508,7 +508,7 @@ class SegmentedLRU(LRU):
 
     def _remember(self, key: Hashable, uses: int) -> None:
         tracked = len(self._entries) + 1
-        if tracked > self._peak_tracked:  # assigned only when it grows: attrs hooks setattr
+        if tracked > self._peak_tracked:  # only when it grows: attrs validates every setattr
             self._peak_tracked = tracked
         history = self._history
         history[key] = uses
