@@ -95,9 +95,10 @@ class StepTimeModel:
                 + self.prefill_s_per_token * prefill_tokens
                 + self.prefill_s_per_pair * chunk_pairs(prefill_tokens, prefill_context_tokens))
 
-    def decode_s(self, context_tokens: int) -> float:
-        """What one more sequence decoding over ``context_tokens`` adds to a step."""
-        return self.decode_s_per_seq + self.decode_s_per_context_token * context_tokens
+    def decode_s(self, context_tokens: int, decodes: int = 1) -> float:
+        """What ``decodes`` more sequences decoding over ``context_tokens`` in all add to a
+        step."""
+        return self.decode_s_per_seq * decodes + self.decode_s_per_context_token * context_tokens
 
     def prefill_token_equivalents(self, tokens: float, context_tokens: float) -> float:
         """``tokens`` of prefill after ``context_tokens`` in KV, in context-free prefill tokens
@@ -261,8 +262,8 @@ class OnlineStepTimeModel:
     def prefill_token_equivalents(self, tokens: float, context_tokens: float) -> float:
         return self._model.prefill_token_equivalents(tokens, context_tokens)
 
-    def decode_s(self, context_tokens: int) -> float:
-        return self._model.decode_s(context_tokens)
+    def decode_s(self, context_tokens: int, decodes: int = 1) -> float:
+        return self._model.decode_s(context_tokens, decodes)
 
     def prefill_tokens_per_s(self, decodes: int, prefill_tokens_per_step: int,
                              context_tokens: int = 0) -> float:

@@ -371,6 +371,25 @@ def test_a_learned_model_predicts_tpot_from_the_steps_it_measured():
     assert after < before
 
 
+
+def test_admitted_requests_still_in_prefill_count_in_the_batch_a_new_one_decodes_in():
+    from policies import OnlineStepTimeModel, StepFeatures
+
+    learned = OnlineStepTimeModel()
+    admission = policy(step_model=learned)
+    for _ in range(500):
+        learned.observe(StepFeatures(decodes=8, decode_context_tokens=8000), 0.012)
+    request = view("new", 2000)
+    alone = admission.predict_tpot_s(request, load(running=8))
+    for name in ("p1", "p2"):
+        admission.ledger.on_admitted(view(name, 6000), 0.0)
+    burst = admission.predict_tpot_s(request, load(running=8))
+    assert burst == pytest.approx(alone + learned.model.decode_s(12_000, decodes=2))
+    assert burst > alone
+    admission.ledger.on_finished(view("p1", 6000), 1.0)  # leaves with its prefill undone
+    assert admission.ledger.prefilling == (1, 6000)
+    admission.ledger.check_invariants()
+
 def test_the_step_bound_follows_the_tpot_of_the_classes_decoding():
     model = StepTimeModel(base_s=0.01, decode_s_per_seq=0.0, prefill_s_per_token=1e-5,
                           prefill_s_per_pair=1e-9)
@@ -395,3 +414,33 @@ def test_the_step_bound_follows_the_tpot_of_the_classes_decoding():
     admission.ledger.on_admitted(tight, 0.0)
     admission.ledger.on_scheduled(tight, 100, 0.0)
     assert admission.step_prefill_tokens(load(running=1), 0) == 256, "the floor"
+
+
+def test_a_steps_chunks_share_its_room_each_priced_at_its_own_context():
+    from policies import StepPrefillBudget
+
+    model = StepTimeModel(base_s=0.01, decode_s_per_seq=0.0, prefill_s_per_token=1e-5,
+                          prefill_s_per_pair=1e-9)
+    admission = policy(step_model=model, tpot_step_bound=True, max_prefill_tokens_per_step=64,
+                       tpot_headroom=1.0)
+    budget = StepPrefillBudget(max_prefill_tokens=64, interactive_prompt_tokens=0,
+                               bound=admission)
+    gold = view("g", 100, slo_class="gold")
+    for policy_ in (admission, admission.ledger, budget):
+        policy_.on_admitted(gold, 0.0)
+    for policy_ in (admission.ledger, budget):
+        policy_.on_scheduled(gold, 100, 0.0)  # decoding: the 50 ms Gold TPOT binds
+    room = SLOS["gold"].tpot_s - model.step_s(1, 0, 100)
+    step = load(running=1)
+    deep = view("deep", 60_000, computed_tokens=30_000)  # a chunk after 30k tokens first,
+    short = view("short", 30_000)  # then one at the start of a prompt
+    grants = []
+    for request in (deep, short):
+        cap = budget.token_cap(request, step)
+        grants.append((min(cap, request.prompt_tokens - request.computed_tokens),
+                       request.computed_tokens))
+    spent = sum(model.prefill_s_per_token * tokens
+                + model.prefill_s_per_pair * tokens * (context + (tokens + 1) / 2)
+                for tokens, context in grants)
+    assert grants[0][0] > 64 and spent <= room + 1e-9  # counted in tokens, the short chunk
+    # would have got the whole room's tokens at context 0 less the deep chunk's: over it
