@@ -41,7 +41,7 @@ import attrs
 from policies.admission import AdmissionDecision
 from policies.output_lengths import OutputLengths
 from policies.percentile import percentile
-from policies.step_model import OnlineStepTimeModel, StepTimeModel, chunk_pairs
+from policies.step_model import OnlineStepTimeModel, StepTimeModel
 from policies.validators import at_least, finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
 
@@ -619,8 +619,7 @@ class SLOAdmission:
         limit = int(min(max(granted + _tokens_within(room_s - spent[1], context, model),
                             self._step_floor(load)), load.token_budget))
         take = max(min(limit - granted, request.prompt_tokens - context), 0)
-        spent[1] += (model.prefill_s_per_token * take
-                     + model.prefill_s_per_pair * chunk_pairs(take, context))
+        spent[1] += model.prefill_token_equivalents(take, context) * model.prefill_s_per_token
         spent[2] += take
         return limit
 

@@ -56,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", choices=("output", "context"), default="output",
                         help="what clients send as max_tokens: each answer's length (policies "
                              "see it), or the rest of the context window (they do not: the "
-                             "answer still ends at its length; live, the client closes the "
-                             "stream there)")
+                             "answer still ends at its length, by a stop token)")
     parser.add_argument("--live", action="store_true",
                         help="a scaled-down run through real CPU vLLM servers over HTTP "
                              "(writes live_summary.json, live_report.md; see `live`)")

@@ -172,8 +172,9 @@ def _target_values(entry: dict) -> str:
                 + ", ".join(_ms(v) for v in entry["best_stock"]) + ")")
     if target == "overload_admitted_slo":
         cancels = entry.get("cancelled_on_time")
+        counted = "" if cancels is None else f"{cancels} "
         return (f"{_pct(entry['values'][0])} ({_pct(entry['uncancelled'])} without the "
-                f"{'' if cancels is None else f'{cancels} '}on-time client cancels; best stock {entry['best_stock_systems']} "
+                f"{counted}on-time client cancels; best stock {entry['best_stock_systems']} "
                 f"{_pct(entry['best_stock'])})")
     if target == "overload_goodput":
         return (f"{_num(entry['values'][0])} req/s (best stock {entry['best_stock_systems']} "
