@@ -61,8 +61,8 @@ class KVBlockQuota(Protocol):
         """The usage band ``kv_usage`` falls in (0 green, 1 yellow, 2 red)."""
         ...
 
-    def block_quota(self, request: RequestView, kv_usage: float) -> int:
-        """KV blocks ``request`` may hold at ``kv_usage``."""
+    def block_quota(self, request: RequestView, kv_usage: float) -> int | None:
+        """KV blocks ``request`` may hold at ``kv_usage`` (``None``: unbounded)."""
         ...
 
 

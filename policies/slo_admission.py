@@ -121,6 +121,10 @@ class PrefillLedger:
     its ``max_tokens`` or ``inf``)."""
     _kv_demand: int = attrs.field(init=False, default=0, repr=False)
     _decode_start: dict[str, float] = attrs.field(init=False, factory=dict, repr=False)
+    _finishes: deque[float] = attrs.field(init=False, factory=deque, repr=False)
+    """When admitted requests finished, within the window last asked of `finish_rate`."""
+    _finish_window_s: float = attrs.field(init=False, default=math.inf, repr=False)
+    _first_admitted_s: float | None = attrs.field(init=False, default=None, repr=False)
 
     def listen(self, on_prefill_done: Callable[[str, float], None]) -> None:
         """Call ``on_prefill_done(request id, now)`` when a chunk completes a request's
@@ -181,6 +185,8 @@ class PrefillLedger:
         """Count the request's prompt, less its tenant's learned hit (repeats change nothing)."""
         if request.request_id in self._entries or request.request_id in self._decoding:
             return
+        if self._first_admitted_s is None:
+            self._first_admitted_s = now
         self._set(request, self.prefill_tokens(request), 0, 0)
         footprint = request.prompt_tokens + self.expected_output_tokens(request)
         self._kv[request.request_id] = (footprint, request.max_output_tokens or math.inf)
@@ -196,7 +202,11 @@ class PrefillLedger:
             self._backlog -= entry[1]
             self._prefilling_context -= entry[4]
         self._stop_decoding(request.request_id)
-        self._kv_demand -= self._kv.pop(request.request_id, (0, 0))[0]
+        kv = self._kv.pop(request.request_id, None)
+        if kv is not None:  # an admitted request's slot is free
+            self._kv_demand -= kv[0]
+            self._finishes.append(now)
+            self._forget_finishes(now, self._finish_window_s)
         self._decode_start.pop(request.request_id, None)
         self.outputs.observe(request.output_tokens)
 
@@ -240,6 +250,21 @@ class PrefillLedger:
             releases.extend((start + output * tpot_s, share) for output in outputs)
         releases.sort()
         return releases
+
+    def finish_rate(self, now: float, window_s: float) -> float:
+        """Admitted requests finishing per second, observed over the last ``window_s`` (or
+        since the first admission, if later), counting one more finishing now (so a rate is
+        never 0, and it falls the longer nothing finishes); ``inf`` before any time passed."""
+        self._finish_window_s = window_s  # finishes older are forgotten from now on
+        self._forget_finishes(now, window_s)
+        if self._first_admitted_s is None or now <= self._first_admitted_s:
+            return math.inf
+        return (len(self._finishes) + 1) / (now - max(now - window_s, self._first_admitted_s))
+
+    def _forget_finishes(self, now: float, window_s: float) -> None:
+        finishes = self._finishes
+        while finishes and finishes[0] < now - window_s:
+            finishes.popleft()
 
     def prefill_tokens(self, request: RequestView) -> int:
         """Prefill tokens a new ``request`` needs: its prompt less the expected hit (>= 1)."""
@@ -524,6 +549,9 @@ class SLOAdmission:
     _step_spent: list | None = attrs.field(init=False, default=None, repr=False)
     """[this step's load, seconds of its room its chunks' caps took, their tokens]
     (`token_cap`)."""
+    _finish_window_s: float = attrs.field(init=False, default=0.0, repr=False)
+    """The longest first-token target: the wait for a slot is planned at most that far ahead,
+    so the slot-release rate is measured over as long (`_slot_ready_s`)."""
     _releases_memo: tuple[LoadSnapshot, list[tuple[float, float]] | None] | None = attrs.field(
         init=False, default=None, repr=False)
     """While `decide` runs: its load and the KV releases once computed (`_releases`)."""
@@ -553,6 +581,8 @@ class SLOAdmission:
             if lower not in self.slos:
                 raise ValueError(f"demotions[{cls!r}] = {lower!r} has no target in slos")
         self._headroom_now = self.headroom
+        self._finish_window_s = max(target.ttft_s for target in self.slos.values()) if (
+            self.slos) else 0.0
         if self.feedback_window:
             self._errors = deque(maxlen=self.feedback_window)
             self.ledger.listen(self._first_token)
@@ -668,14 +698,21 @@ class SLOAdmission:
     def _slot_ready_s(self, load: LoadSnapshot, ahead: int) -> float:
         """When a slot is free for a request with ``ahead`` admitted, unstarted requests
         before it in EDF order: now while the running requests and those leave a slot; else
-        when enough admitted requests will have finished (as in `kv_ready_s`); ``inf`` if
-        they cannot free enough; now when the slot count is unknown."""
+        when enough admitted requests will have finished, by the later of two estimates:
+        their expected finishes (as in `kv_ready_s`; ``inf`` if they cannot free enough) and
+        the rate at which slots have been freed lately (`PrefillLedger.finish_rate`). The
+        expected finishes learn from finished requests only, and with every slot taken the
+        first to finish are the short ones: on the ``reasoning`` trace, with 256 slots full
+        and one request finished, they put the next free slot 0.01 s away where it came
+        2-5 s later. Now when the slot count is unknown."""
         need = load.running_requests + ahead + 1 - (load.max_running_requests or math.inf)
         if need <= 0:
             return load.now
         releases = self._releases(load)
         index = int(need) * RELEASE_QUANTILES - 1  # every RELEASE_QUANTILES entries, a slot
-        return releases[index][0] if index < len(releases) else math.inf
+        expected = releases[index][0] if index < len(releases) else math.inf
+        rate = self.ledger.finish_rate(load.now, self._finish_window_s)
+        return max(expected, load.now + need / rate)
 
     def _releases(self, load: LoadSnapshot) -> list[tuple[float, float]]:
         """`PrefillLedger.kv_releases` at the step time measured lately (else the model's full
@@ -695,14 +732,17 @@ class SLOAdmission:
         """``(lateness of a new request, most lateness it adds to an admitted one due later
         that was on time)`` under EDF; each request is planned on its share of the rate, and
         lateness <= 0 is on time. A new request starts once KV (``kv_ready_s``) and a slot
-        (`_slot_ready_s`) are free for it."""
+        (`_slot_ready_s`) are free for it; an unstarted admitted one due later waits for one
+        more slot with it admitted (with every slot taken, an urgent arrival takes the slot
+        a waiting request was counting on)."""
         rate, step_s = self._rate_and_step(load)
         equivalents = self.step_model.prefill_token_equivalents
         items = sorted((*self._deadlines.get(rid, (math.inf, 1.0)), equivalents(work, context))
                        for rid, work, context in self.ledger.with_prefill())
+        started = load.running_requests - len(self.ledger.decoding_ids())
         own_late, added, ahead = -math.inf, -math.inf, 0.0
         placed, before = False, 0
-        for item_due, item_share, work in items:
+        for index, (item_due, item_share, work) in enumerate(items):
             if not placed and due < item_due:
                 placed = True
                 own_late = load.now + (ahead + tokens) / (rate * share) + step_s - due
@@ -712,12 +752,16 @@ class SLOAdmission:
                 item_rate = rate * item_share
                 was = load.now + ahead / item_rate + step_s - item_due
                 late = was + tokens / item_rate
+                if index >= started:  # not started: it waits for a slot
+                    own = work / item_rate + step_s - item_due
+                    was = max(was, self._slot_ready_s(load, index - started) + own)
+                    late = max(late, self._slot_ready_s(load, index - started + 1) + own)
                 if was <= 0 < late:
                     added = max(added, late)
         if not placed:
             own_late = load.now + (ahead + tokens) / (rate * share) + step_s - due
         # it starts once KV and a slot are free (unstarted requests ahead of it want slots)
-        unstarted = max(0, before - (load.running_requests - len(self.ledger.decoding_ids())))
+        unstarted = max(0, before - started)
         ready = max(kv_ready_s or load.now, self._slot_ready_s(load, unstarted))
         if ready > load.now:
             own_late = max(own_late, ready + tokens / (rate * share) + step_s - due)

@@ -77,8 +77,12 @@ class KVWatermarks:
     """Retry-After of a ``kv_yellow`` rejection."""
     red_retry_after_s: float = attrs.field(default=5.0, validator=finite_non_negative)
     """Retry-After of a ``kv_red`` rejection."""
-    base_quota_blocks: int = attrs.field(default=2048, validator=at_least(1))
-    """Quota of a priority-0 request on an empty cache (2048 blocks = 32k tokens at block 16)."""
+    base_quota_blocks: int | None = attrs.field(
+        default=2048, validator=attrs.validators.optional(at_least(1)))
+    """Quota of a priority-0 request on an empty cache (2048 blocks = 32k tokens at block 16);
+    ``None``: no request's blocks are bounded (the bands alone), for pipelines whose admission
+    weighs the KV cache itself. A fixed quota does not scale with the cache: on the
+    ``reasoning`` trace it stalled a 28k-token prompt at 40 % usage for 5 s."""
     min_quota_blocks: int = attrs.field(default=16, validator=at_least(1))
     """No request's quota falls below this many blocks."""
     quota_halving_priority_steps: float = attrs.field(default=5.0, validator=finite_positive)
@@ -138,8 +142,9 @@ class KVWatermarks:
         """
         return 2.0 ** (-priority / self.quota_halving_priority_steps)
 
-    def block_quota(self, request: RequestView, kv_usage: float) -> int:
-        """KV blocks ``request`` may hold at ``kv_usage``; never below ``min_quota_blocks``.
+    def block_quota(self, request: RequestView, kv_usage: float) -> int | None:
+        """KV blocks ``request`` may hold at ``kv_usage``; never below ``min_quota_blocks``;
+        ``None`` (unbounded) without ``base_quota_blocks``.
 
         ``max(min_quota_blocks, floor(base_quota_blocks * priority_factor(priority) * (1 - kv_usage)))``
 
@@ -147,6 +152,8 @@ class KVWatermarks:
             ValueError: if ``kv_usage`` is outside [0, 1].
         """
         free = 1.0 - _check_usage(kv_usage)
+        if self.base_quota_blocks is None:
+            return None
         quota = math.floor(self.base_quota_blocks * self.priority_factor(request.priority) * free)
         return max(self.min_quota_blocks, quota)
 

@@ -21,6 +21,7 @@ from policies import (
     TokenCapPolicy,
     TTFTDeadlineRanker,
 )
+from policies.slo_admission import RELEASE_QUANTILES
 
 # 1,000 prefill tokens a step of 0.05 s: 20,000 prefill tokens/s, whatever runs.
 MODEL = StepTimeModel(base_s=0.026, decode_s_per_seq=0.0, prefill_s_per_token=2.4e-5)
@@ -309,6 +310,56 @@ def test_with_every_slot_taken_a_request_starts_when_an_admitted_one_finishes():
     assert admission.decide(new, slots(2)).verdict is SLOVerdict.REJECT  # 10 s > gold's 0.5 s
     assert admission.decide(new, slots(3)).verdict is SLOVerdict.ADMIT
     assert admission.predict_ttft_s(new, slots(None)) == free, "no slot count: none assumed"
+
+
+def test_with_every_slot_taken_slots_free_no_faster_than_they_have_been_freed():
+    # One short request finished early; the two running since 8.9 s are expected, from it,
+    # to end within a few steps, but in 9 s only one slot was freed: the next comes later.
+    admission = policy()
+    ledger = admission.ledger
+    early = RequestView(request_id="early", arrival_s=0.0, prompt_tokens=100, slo_class="bronze")
+    ledger.on_admitted(early, 0.0)
+    ledger.on_scheduled(early, 100, 0.0)
+    ledger.on_finished(attrs.evolve(early, output_tokens=10), 1.0)
+    for i in range(2):
+        running = RequestView(request_id=f"run{i}", arrival_s=8.9, prompt_tokens=100,
+                              slo_class="bronze")
+        ledger.on_admitted(running, 8.9)
+        admission.on_admitted(running, 8.9)
+        ledger.on_scheduled(running, 100, 8.9)
+    full = LoadSnapshot(now=9.0, waiting_requests=0, running_requests=2, kv_usage=0.1,
+                        token_budget=8192, max_running_requests=2)
+    assert ledger.finish_rate(9.0, 10.0) == pytest.approx(2 / 9.0)  # one finish, one now
+    expected = ledger.kv_releases(9.0, MODEL.step_s(2, 0), 20_000)[RELEASE_QUANTILES - 1][0]
+    assert expected < 9.5  # what the finished request's length alone says
+    new = view("new", 100, slo_class="bronze", arrival_s=9.0)
+    assert admission.predict_ttft_s(new, full) >= 9.0 / 2  # bronze's 10 s: that window
+    assert ledger.finish_rate(9.0, 5.0) == pytest.approx(1 / 5.0), "the finish at 1 s is old"
+    assert ledger.finish_rate(100.0, 10.0) < ledger.finish_rate(9.0, 10.0), "none: slower"
+
+
+def test_an_arrival_that_would_take_the_slot_an_admitted_request_waits_for_is_rejected():
+    # Both slots taken: one frees at 5 s (100 tokens left), the other at 12.8 s (the 256-token
+    # prior). A bronze request (due 10 s) waits for the first; a silver one (due 6 s) fits
+    # in that slot, but would push the bronze one to the second, past its deadline.
+    slos = {**SLOS, "silver": SLOTarget(ttft_s=6.0, tpot_s=0.2)}
+    admission = policy(slos=slos)
+    ledger = admission.ledger
+    for i, out in enumerate((100, 400)):
+        running = RequestView(request_id=f"run{i}", arrival_s=0.0, prompt_tokens=100,
+                              max_output_tokens=out, slo_class="bronze")
+        ledger.on_admitted(running, 0.0)
+        admission.on_admitted(running, 0.0)
+        ledger.on_scheduled(running, 100, 0.0)
+    full = LoadSnapshot(now=0.0, waiting_requests=0, running_requests=2, kv_usage=0.1,
+                        token_budget=8192, max_running_requests=2)
+    silver = view("silver", 100, slo_class="silver")
+    assert admission.decide(silver, full).verdict is SLOVerdict.ADMIT
+    waiting = view("waiting", 100, slo_class="bronze")
+    assert admission.decide(waiting, full).verdict is SLOVerdict.ADMIT
+    ledger.on_admitted(waiting, 0.0)
+    admission.on_admitted(waiting, 0.0)
+    assert admission.decide(silver, full).verdict is SLOVerdict.REJECT
 
 
 def test_first_tokens_later_than_predicted_lower_the_headroom_and_earlier_ones_raise_it():

@@ -136,6 +136,7 @@ def test_block_quota_follows_the_formula():
     assert marks.block_quota(view(priority=0), 0.3) == 1433  # floor(2048 * 0.7) = 1433
     assert marks.block_quota(view(priority=20), 0.99) == 16  # floor would give 1
     assert marks.block_quota(view(priority=0), 1.0) == 16
+    assert KVWatermarks(base_quota_blocks=None).block_quota(view(priority=9), 0.99) is None
 
 
 @given(marks=watermark_configs(), u=usages, v=usages, priority=priorities)

@@ -252,10 +252,11 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
     - preemption: `SlotPreemption`, where declared: with every slot taken, a request at risk
       of missing its first-token target takes a less important request's slot;
-    - watermarks: the KV red band only. Admission weighs the KV cache itself
-      (`SLOAdmission.kv_ready_s`), but the band reacts to usage at once and still pays: on
-      ``azure-conv`` x4 without it, goodput fell from 16.62 to 14.81 req/s and admitted
-      attainment from 99.1 % to 98.2 %.
+    - watermarks: the KV red band only, with no per-request block quota. Admission weighs
+      the KV cache itself (`SLOAdmission.kv_ready_s`), but the band reacts to usage at once
+      and still pays: on ``azure-conv`` x4 without it, goodput fell from 16.62 to 14.81
+      req/s and admitted attainment from 99.1 % to 98.2 %. A fixed block quota does not
+      scale with the cache and stalls the long prompts admission counted on.
     """
     spec = spec or SLOSpec()
     classes = dict(spec.classes)
@@ -281,4 +282,5 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
                                                tenant_classes=dict(spec.tenants)),
                     preemption=preemption,
                     rate=TokenCaps(policies=(budget, ledger)), admission=admission,
-                    step_model=model, watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1))
+                    step_model=model, watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1,
+                                                       base_quota_blocks=None))

@@ -565,6 +565,8 @@ class PolicySchedulerMixin:
             return None
         quota_blocks = self._block_quota.block_quota(self._view(request),
                                                      self.kv_cache_manager.usage)
+        if quota_blocks is None:
+            return None
         return max(0, quota_blocks * self.block_size - num_computed_tokens)
 
     def _charge_dispatched(self, tenant: str, request: Request) -> None:

@@ -138,10 +138,11 @@ def test_quotas_need_a_fairness_policy():
         Pipeline(quotas=TenantQuota())
 
 
-def _long_prefill_high_water(waiting_behind: bool) -> int:
-    """Most tokens a 600-token prompt computes behind a running head, under an 8-block quota,
-    with or without a third request waiting for a slot (two slots)."""
-    watermarks = KVWatermarks(base_quota_blocks=8, min_quota_blocks=4)  # 8 blocks of 16 tokens
+def _long_prefill_high_water(waiting_behind: bool, quota_blocks: int | None = 8) -> int:
+    """Most tokens a 600-token prompt computes behind a running head, under a quota of
+    ``quota_blocks`` (8 blocks of 16 tokens; None: none), with or without a third request
+    waiting for a slot (two slots)."""
+    watermarks = KVWatermarks(base_quota_blocks=quota_blocks, min_quota_blocks=4)
     harness = SchedulerHarness.build(
         Pipeline(watermarks=watermarks),
         shape=EngineShape(num_blocks=64, block_size=16, max_num_batched_tokens=256,
@@ -163,6 +164,10 @@ def _long_prefill_high_water(waiting_behind: bool) -> int:
 
 def test_kv_watermark_quota_holds_a_long_prefill_while_requests_wait():
     assert 0 < _long_prefill_high_water(waiting_behind=True) <= 8 * 16  # held at its quota
+
+
+def test_kv_watermarks_without_a_block_quota_never_hold_a_prefill():
+    assert _long_prefill_high_water(waiting_behind=True, quota_blocks=None) >= 600  # whole
 
 
 def test_kv_watermark_quota_leaves_a_long_prefill_alone_when_nothing_waits():
