@@ -68,8 +68,10 @@ VOCAB = (3, 4096)
 class LiveScale:
     """How the business workload shrinks to fit a tiny CPU engine and a few minutes.
 
-    Time: phases of ``phase_s`` seconds; cancellations and deadlines scaled by
-    ``phase_s / 60``. Rate: base rates ``rate_scale`` times the enterprise
+    Time: phases of ``phase_s`` seconds; deadlines scaled by ``phase_s / 60``; a client's
+    cancellation kept in real seconds, as its SLO is (a coding client that gives up after
+    0.2-2 s of waiting does so on any engine; scaled with the phases it gave up after
+    20-200 ms, before any system's first token). Rate: base rates ``rate_scale`` times the enterprise
     tenants' (the replay uses `BASE_RATE_SCALE`). Lengths: prompts and outputs
     times ``token_scale`` (at least one token), outputs capped at ``max_output_tokens``,
     prompts capped to fit ``max_model_len``.
@@ -137,8 +139,7 @@ def live_requests(workload: BusinessWorkload, scale: LiveScale) -> list[LiveRequ
         own = _tokens(zlib.crc32(request.request_id.encode()), length - len(prefix))
         requests.append(LiveRequest(
             request=request, prompt_token_ids=tuple(prefix + own), max_tokens=max_tokens,
-            cancel_after_s=None if request.cancel_after_s is None
-            else request.cancel_after_s * scale.time_scale,
+            cancel_after_s=request.cancel_after_s,
             deadline_ms=None if request.deadline_s is None
             else request.deadline_s * scale.time_scale * 1000))
     return requests

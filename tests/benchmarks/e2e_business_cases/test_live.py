@@ -44,8 +44,8 @@ def test_prompts_fit_the_model_and_share_the_tenant_prefix_until_the_switch():
              if r.request.arrival_s >= workload.switch_s}
     assert len(before) == 1 and len(after) == 1 and before != after
     cancels = [r for r in requests if r.request.cancel_after_s is not None]
-    assert all(r.cancel_after_s == pytest.approx(r.request.cancel_after_s * SCALE.time_scale)
-               for r in cancels)
+    assert cancels and all(r.cancel_after_s == r.request.cancel_after_s for r in cancels), (
+        "a client's patience is real seconds, as its SLO")
 
 
 def test_metrics_page_gauges_become_an_engine_sample():
