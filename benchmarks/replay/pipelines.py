@@ -9,6 +9,8 @@
   stay feasible, with the step model fitted to the H100 cost model.
 - `slo_with_preemption`: the product ``slo`` preset with slot preemption declared
   (``"preemption": true``), for its ablation.
+- `slo_gold_protected`: the product ``slo`` preset with the Gold tier (``--tenants
+  servegen``'s priority -1) declared protected at the Gold class's TPOT (50 ms).
 - `cache_without_waiting`: the ``cache`` preset with waiting-queue awareness off
   (``keep_waiting=False``), to measure what it buys.
 """
@@ -61,6 +63,13 @@ def slo_protected(gpu: str = "h100", max_num_seqs: int = 256) -> Pipeline:
 def slo_with_preemption() -> Pipeline:
     """The ``slo`` preset with the replay's default declaration and slot preemption on."""
     return slo_pipeline(SLOSpec.parse({"preemption": True}))
+
+
+def slo_gold_protected() -> Pipeline:
+    """The ``slo`` preset with the replay's default declaration and priority -1 (Gold)
+    protected at the Gold class's TPOT."""
+    return slo_pipeline(SLOSpec.parse(
+        {"protected_priorities": {"-1": DEFAULT_SLOS["gold"].tpot_s}}))
 
 
 def cache_without_waiting() -> Pipeline:

@@ -18,6 +18,9 @@ Declared in plain vLLM flags as ``llm_serving_policies.slo`` (every key optional
   the class of a request that got none from the above (the request kind by length);
 - ``protected``: classes whose TPOT every step keeps with a margin (`PROTECTED_HEADROOM`)
   while one of theirs decodes;
+- ``protected_priorities``: vLLM request ``priority`` -> a TPOT (seconds) every step keeps,
+  with the protected margin, while a request of that priority decodes: a tier protected
+  by the priority its requests carry, whatever their class (``{"-1": 0.05}``);
 - ``demotions``: class -> the lower class its tenants accept instead of a rejection;
 - ``min_prefill_tokens_per_step``: the fewest prefill tokens a step carries while requests
   decode (more where the TPOT targets of the classes decoding allow, on the learned model);
@@ -87,7 +90,8 @@ when a TPOT target leaves no room on the model)."""
 PREEMPTION_RISK_SHARE = 0.5
 """The share of its TTFT target a waiting request spends before it may preempt (half its
 budget is left to start and run its prefill)."""
-_KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "demotions",
+_KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "protected_priorities",
+         "demotions",
          "min_prefill_tokens_per_step", "step_model_prior", "preemption")
 _PREEMPTION_KEYS = ("risk_share", "max_per_request")
 
@@ -131,6 +135,8 @@ class SLOSpec:
     tenants: Mapping[str, str] = attrs.field(factory=dict)
     by_prompt_tokens: tuple[tuple[int | None, str], ...] = DEFAULT_BY_PROMPT_TOKENS
     protected: frozenset[str] = frozenset()
+    protected_priorities: Mapping[int, float] = attrs.field(factory=dict)
+    """Priority -> the TPOT every step keeps (with `PROTECTED_HEADROOM`) while one decodes."""
     demotions: Mapping[str, str] = attrs.field(factory=dict)
     min_prefill_tokens_per_step: int = STEP_PREFILL_TOKENS
     step_model_prior: StepTimeModel = CONSERVATIVE_PRIOR
@@ -181,10 +187,20 @@ class SLOSpec:
             raise _error("min_prefill_tokens_per_step",
                          f"must be a positive integer, got {step_tokens!r}")
         risk_share, per_request = _preemption(entry.get("preemption", False))
+        priorities = {}
+        for key, tpot in _mapping("protected_priorities",
+                                  entry.get("protected_priorities", {})).items():
+            try:
+                priority = int(key)
+            except (TypeError, ValueError):
+                raise _error(f"protected_priorities.{key}", "must name an integer priority"
+                             ) from None
+            priorities[priority] = _seconds(f"protected_priorities.{key}", tpot)
         return cls(classes=classes, tenants=tenants, by_prompt_tokens=by_length,
                    protected=frozenset(_known(f"protected[{i}]", name, classes)
                                        for i, name in enumerate(protected)),
-                   demotions=demotions, min_prefill_tokens_per_step=step_tokens,
+                   protected_priorities=priorities, demotions=demotions,
+                   min_prefill_tokens_per_step=step_tokens,
                    step_model_prior=_prior(entry.get("step_model_prior")),
                    preemption_risk_share=risk_share, max_preemptions_per_request=per_request)
 
@@ -271,6 +287,8 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         tpot_headroom=HEADROOM, demotions=dict(spec.demotions), length_classes=lengths,
         tenant_classes=dict(spec.tenants), protected_classes=spec.protected,
         protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW,
+        protected_tpot_s={priority: PROTECTED_HEADROOM * tpot
+                          for priority, tpot in spec.protected_priorities.items()},
         max_headroom=MAX_HEADROOM)
     budget = StepPrefillBudget(max_prefill_tokens=spec.min_prefill_tokens_per_step,
                                interactive_prompt_tokens=0, bound=admission)

@@ -30,11 +30,13 @@ def test_a_declaration_reaches_admission_and_ranking():
                     "tenants": {"acme": "batch"}, "by_prompt_tokens": [[1000, "chat"],
                                                                       [None, "batch"]],
                     "protected": ["chat"], "demotions": {"chat": "batch"},
+                    "protected_priorities": {"-1": 0.05},
                     "min_prefill_tokens_per_step": 256,
                     "step_model_prior": {"base_s": 0.005, "decode_s_per_seq": 0.0,
                                          "prefill_s_per_token": 3e-5}})
     admission = slo.admission
     assert admission.protected_classes == {"chat"} and admission.demotions == {"chat": "batch"}
+    assert admission.protected_tpot_s == {-1: pytest.approx(0.8 * 0.05)}  # with the margin
     assert admission.max_prefill_tokens_per_step == 256 and admission.tpot_step_bound
     assert slo.step_model.model == StepTimeModel(base_s=0.005, decode_s_per_seq=0.0,
                                                  prefill_s_per_token=3e-5)
@@ -61,6 +63,9 @@ def test_a_declaration_reaches_admission_and_ranking():
     ({"protected": "gold"}, "protected must be a list of class names"),
     ({"protected": ["nope"]}, r"protected\[0\] names class 'nope'"),
     ({"demotions": {"gold": "nope"}}, "demotions.gold names class 'nope'"),
+    ({"protected_priorities": {"gold": 0.05}},
+     "protected_priorities.gold must name an integer priority"),
+    ({"protected_priorities": {"-1": 0}}, "protected_priorities.-1 must be a positive number"),
     ({"min_prefill_tokens_per_step": 0}, "min_prefill_tokens_per_step must be a positive"),
     ({"step_model_prior": {"base_s": 1}}, "step_model_prior is not a StepTimeModel"),
     ({"preemption": "yes"}, "llm_serving_policies.slo.preemption must be a mapping"),
