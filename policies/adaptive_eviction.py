@@ -83,9 +83,10 @@ class _OrderShadow(_Shadow):
 
     def access(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
         """``key`` (below ``parent``) is used by a request; it becomes referenced."""
-        held = key in self._in_use or self.order.tracks(key)
+        entry = self.order._entries.get(key)  # the order's own table: its methods cost more
+        held = entry is not None or key in self._in_use
         self._count(held, parent)
-        if key in self.order:
+        if entry is not None and entry.segment is not None:
             self.order.acquire(key)
         elif not held:
             self.trim(capacity - 1)
@@ -94,17 +95,21 @@ class _OrderShadow(_Shadow):
     def release(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
         """The real order released ``key``: an access first unless the shadow had it in use."""
         order, in_use = self.order, self._in_use
-        if key in order or not (key in in_use or order.tracks(key)):
+        entries = order._entries
+        entry = entries.get(key)
+        if entry is None and key not in in_use or entry is not None and entry.segment is not None:
             self.access(key, parent, capacity)
         in_use.discard(key)
-        order.release(key, parent if self.holds(parent) else None)
-        if parent in in_use and order.tracks(parent):  # SegmentedLRU linked it
+        held = parent is not None and (parent in in_use or parent in entries)
+        order.release(key, parent if held else None)
+        if parent in in_use and parent in entries:  # SegmentedLRU linked it
             in_use.discard(parent)
 
     def trim(self, capacity: float) -> None:
         """Evict until at most ``capacity`` keys are cached or none is evictable."""
         order, in_use = self.order, self._in_use
-        while order.tracked + len(in_use) > capacity and len(order):
+        entries, segments = order._entries, order._segments
+        while len(entries) + len(in_use) > capacity and any(segments):
             order.evict()
 
     def check_invariants(self) -> None:
@@ -215,6 +220,14 @@ class DuelingSLRU(SegmentedLRU):
         SegmentedLRU.acquire(self, key)
         if not hash(key) % self._sample:
             self._observe(key, self._entries[key].parent, release=False)
+
+    def release(self, key: Hashable, parent: Hashable | None = None, *,
+                protect: bool = False) -> None:
+        """As `SegmentedLRU.release`; a sampled key is an access of both shadows (unless
+        they had it in use)."""
+        SegmentedLRU._release(self, key, parent, protect=protect)  # without `_release`'s frame
+        if not hash(key) % self._sample:
+            self._observe(key, parent, release=True)
 
     def _release(self, key: Hashable, parent: Hashable | None, *, protect: bool = False,
                  cancelled: bool = False) -> None:
@@ -334,13 +347,16 @@ class DuelingSLRU(SegmentedLRU):
             parent = None  # not in the shadows: the prefix rule is checked on sampled keys
         decay = 1.0 - sample / self.window_accesses
         capacity = self._capacity / sample
-        for shadow in (self._lru, self._slru):
-            shadow.score *= decay
-            if release:
-                shadow.release(key, parent, capacity)
-            else:
-                shadow.access(key, parent, capacity)
-        lru_mode = self._lru.score > self._slru.score
+        lru, slru = self._lru, self._slru  # unrolled: a loop over the two costs a tuple
+        lru.score *= decay
+        slru.score *= decay
+        if release:
+            lru.release(key, parent, capacity)
+            slru.release(key, parent, capacity)
+        else:
+            lru.access(key, parent, capacity)
+            slru.access(key, parent, capacity)
+        lru_mode = lru.score > slru.score
         if lru_mode != self._lru_mode:
             self._lru_mode = lru_mode
             self._switches += 1

@@ -502,6 +502,8 @@ class SegmentedLRU(LRU):
     _history: OrderedDict = attrs.field(init=False, repr=False, factory=OrderedDict)
     _peak_tracked: int = attrs.field(init=False, repr=False, default=0)
     """Most keys tracked at any eviction (the cache's size, once it has filled)."""
+    _history_limit: int = attrs.field(init=False, repr=False, default=0)
+    """``int(history_factor * _peak_tracked)``, the ghosts kept: set as the peak grows."""
 
     def _remembered_uses(self, key: Hashable) -> int:
         return self._history.pop(key, 0)
@@ -510,9 +512,10 @@ class SegmentedLRU(LRU):
         tracked = len(self._entries) + 1
         if tracked > self._peak_tracked:  # only when it grows: attrs validates every setattr
             self._peak_tracked = tracked
+            self._history_limit = int(self.history_factor * tracked)
         history = self._history
         history[key] = uses
-        limit = int(self.history_factor * self._peak_tracked)
+        limit = self._history_limit
         while len(history) > limit:
             history.popitem(last=False)
 
@@ -576,7 +579,11 @@ class SegmentedLRU(LRU):
     def _put(self, key: Hashable, entry: _Entry, segment: Segment, front: bool = False) -> None:
         if self._wanted and key in self._wanted and segment > _ORPHAN:
             segment, front = _WANTED, False
-        LRU._put(self, key, entry, segment, front)  # by name: super() costs a call in 3.11
+        entry.segment = segment  # `LRU._put`, inlined: the call costs as much as its body
+        keys = self._segments[segment]
+        keys[key] = None
+        if front:
+            keys.move_to_end(key, last=False)
 
     def _protected_limit(self) -> int:
         """The most keys the protected segment may hold; the rest are demoted."""

@@ -139,11 +139,19 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
             key = next((k for k in self._free if isinstance(k, int)), next(iter(self._free)))
             with suppress(Exception):  # the order may not know it; it is gone either way
                 self.order.discard(key)
-        return self._take(key)
+        block = self._free.pop(key)  # `_take`, inlined: the hottest path but one
+        block_id = block.block_id
+        del self._key_of[block_id]
+        old = self._hash_of.pop(block_id, None)
+        if old is not None:
+            del self._owner[old]
+        self.num_free_blocks -= 1
+        return block
 
     def popleft_n(self, n: int) -> list[KVCacheBlock]:
         assert self.num_free_blocks >= n
-        return [self.popleft() for _ in range(n)]
+        popleft = self.popleft
+        return [popleft() for _ in range(n)]
 
     def remove(self, block: KVCacheBlock) -> None:
         key = self._key_of.get(block.block_id)
@@ -157,10 +165,32 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         self.append_n([block])
 
     def append_n(self, blocks: list[KVCacheBlock]) -> None:
+        # The hottest call of all, so `_release` is inlined, and a block claimed as the
+        # parent of the one before keeps that claim (nothing between changes it).
+        claim, order, last = self._claim, self.order, len(blocks) - 1
+        hints = self._hints if self._cancelled else None
+        key: Hashable | None = None
+        claimed = False
         for i, block in enumerate(blocks):
-            parent = blocks[i + 1] if i + 1 < len(blocks) else None
-            self._release(block, parent if parent is not None and _is_parent(block, parent)
-                          else None)
+            if not claimed:  # else ``key`` is the one claimed for it as the last parent
+                key = claim(block) if block.block_hash is not None else None
+            if key is None:
+                self.duplicates_released += block.block_hash is not None
+                self.prepend_n([block])
+                claimed = False
+                continue
+            parent = blocks[i + 1] if i < last else None
+            claimed = parent is not None and _is_parent(block, parent)
+            parent_key = claim(parent) if claimed else None
+            self._add(block, key)
+            try:  # as `_tell`, without its frame
+                if hints is not None:
+                    hints.release_cancelled(key, parent_key)
+                else:
+                    order.release(key, parent_key, protect=self._protect)
+            except Exception as error:  # noqa: BLE001 - contained
+                self._fault(error)
+            key = parent_key
 
     def prepend_n(self, blocks: list[KVCacheBlock]) -> None:
         for block in reversed(blocks):  # the first block ends up at the very front
@@ -188,20 +218,12 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         self._key_of[block.block_id] = key
         self.num_free_blocks += 1
 
-    def _take(self, key: Hashable) -> KVCacheBlock:
-        block = self._free.pop(key)
-        del self._key_of[block.block_id]
-        self._forget_hash(block.block_id, evicted=True)
-        self.num_free_blocks -= 1
-        return block
-
-    def _forget_hash(self, block_id: int, evicted: bool = False) -> None:
-        """Stop tracking the hash the order knew ``block_id`` by (if any)."""
+    def _forget_hash(self, block_id: int) -> None:
+        """Stop tracking the hash the order knew ``block_id`` by (if any); the order forgets it."""
         old = self._hash_of.pop(block_id, None)
         if old is not None:
             del self._owner[old]
-            if not evicted:
-                self._tell(self.order.discard, old)
+            self._tell(self.order.discard, old)
 
     def _claim(self, block: KVCacheBlock) -> Hashable | None:
         """The order key of cached ``block``, or None if another block holds its hash."""
@@ -214,22 +236,6 @@ class PolicyFreeBlockQueue(FreeKVCacheBlockQueue):
         self._owner[block_hash] = block.block_id
         self._hash_of[block.block_id] = block_hash
         return block_hash
-
-    def _release(self, block: KVCacheBlock, parent: KVCacheBlock | None) -> None:
-        key = self._claim(block) if block.block_hash is not None else None
-        if key is None:
-            self.duplicates_released += block.block_hash is not None
-            self.prepend_n([block])
-            return
-        parent_key = self._claim(parent) if parent is not None else None
-        self._add(block, key)
-        try:  # as `_tell`, without its frame: the hottest call of all
-            if self._cancelled and self._hints is not None:
-                self._hints.release_cancelled(key, parent_key)
-            else:
-                self.order.release(key, parent_key, protect=self._protect)
-        except Exception as error:  # noqa: BLE001 - contained
-            self._fault(error)
 
     def _tell(self, call: Callable[..., object], *args: object, **kwargs: object) -> None:
         """``call`` the order; an exception is contained (counted, the call skipped)."""
