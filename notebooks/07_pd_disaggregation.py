@@ -54,9 +54,10 @@ for d in (first, second, third):
 #
 # A prefill-only instance generates one token per request: it should batch prompts and put
 # cached ones first. A decode-only instance should keep inter-token latency flat: each
-# decode step reads the KV of every sequence in the batch, so `DecodeKVGate` starts a
-# request only while the KV the batch holds stays under half the cache (requests wait,
-# they are not rejected).
+# decode step reads the KV of every sequence in the batch, so `DecodeStepGate` starts a
+# request only while the decode step the batch would then run, predicted by a step model
+# learned from the instance's own steps, takes at most twice a step's fixed cost, and the
+# KV it holds stays under half the cache (requests wait, they are not rejected).
 
 # %%
 print("prefill:", PD_PREFILL.pipeline.ranking, PD_PREFILL.pipeline.eviction,

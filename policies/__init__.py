@@ -54,7 +54,12 @@ from policies.pd_router import (
     RouteReason,
     chain_keys,
 )
-from policies.pd_scheduling import DecodeKVGate, StartGate
+from policies.pd_scheduling import (
+    DecodeKVGate,
+    DecodeStepGate,
+    DecodeStepGateStats,
+    StartGate,
+)
 from policies.prefill_guard import InteractivePrefillGuard, PrefillGuardStats
 from policies.prompt_versions import PromptVersions
 from policies.protocols import (
@@ -162,6 +167,8 @@ __all__ = [
     "RouteReason",
     "chain_keys",
     "DecodeKVGate",
+    "DecodeStepGate",
+    "DecodeStepGateStats",
     "StartGate",
     "PDPlan", "PDPlanner",
     "EDFRanker",

@@ -206,6 +206,11 @@ class OnlineStepTimeModel:
         return self._model
 
     @property
+    def observations(self) -> int:
+        """Steps learned from."""
+        return self._observations
+
+    @property
     def recent_step_s(self) -> float | None:
         """The measured step time, averaged over about the last 100 steps (None before any):
         what a decoding request waits per token now."""

@@ -37,6 +37,11 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   (``base``, ``decode``, ``decode_context_token``, ``prefill_token``, ``prefill_pair``),
   ``policies:step_model_relative_error{quantile}`` (``0.5``, ``0.99``: out-of-sample, over
   the recent steps) and ``policies:step_model_observations``
+* with a ``start_gate`` that has ``stats()`` (`DecodeStepGate`):
+  ``policies:decode_step_bound_seconds`` (the predicted step time starts may not push the
+  batch past; absent while the step model warms up) and
+  ``policies:start_gate_held_by_step_total`` (steps in which the step bound, not KV or the
+  queue, stopped the starts)
 
 Gauges are refreshed at most once per ``refresh_interval_s`` of the scheduler's clock;
 counters as events happen.
@@ -51,7 +56,13 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
-from policies import EvictionStats, FairnessPolicy, KVBlockQuota, StepModelStats
+from policies import (
+    DecodeStepGateStats,
+    EvictionStats,
+    FairnessPolicy,
+    KVBlockQuota,
+    StepModelStats,
+)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MAX_TENANT_LABELS = 64
@@ -134,6 +145,14 @@ class PolicyMetrics:
         self._step_observations = Gauge("policies:step_model_observations",
                                         "Engine steps the step-time model has learned from",
                                         registry=registry, multiprocess_mode="mostrecent")
+        self._step_bound = Gauge("policies:decode_step_bound_seconds",
+                                 "The predicted decode step time the start gate holds the "
+                                 "batch within", registry=registry,
+                                 multiprocess_mode="mostrecent")
+        self._held_by_step = PromCounter(
+            "policies:start_gate_held_by_step", "Steps in which the start gate's step bound "
+            "stopped waiting requests from starting", registry=registry)
+        self._held_by_step_seen = 0
         self._eviction_seen: dict[tuple[str, str], int] = {}
         """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
@@ -217,6 +236,15 @@ class PolicyMetrics:
             if value is not None:
                 self._step_error.labels(quantile=quantile).set(value)
         self._step_observations.set(stats.observations)
+
+    def start_gate(self, stats: DecodeStepGateStats) -> None:
+        """Set the start gate's step bound and advance its held counter to the gate's total."""
+        if stats.step_bound_s is not None:
+            self._step_bound.set(stats.step_bound_s)
+        delta = stats.held_by_step - self._held_by_step_seen
+        if delta > 0:
+            self._held_by_step.inc(delta)
+            self._held_by_step_seen = stats.held_by_step
 
     def due(self, now: float) -> bool:
         """Whether the gauges should be refreshed at ``now`` (then not again for an interval)."""

@@ -116,8 +116,9 @@ class Pipeline:
     start_gate: StartGate | None = attrs.field(
         default=None, validator=_implements(StartGate, optional=True)
     )
-    """Holds waiting requests back while starting them would push KV usage past a bound
-    (`DecodeKVGate`, for PD decode instances); see `integrations.vllm_v1.scheduling.start_gate`."""
+    """Holds waiting requests back while starting them would push the batch past a bound
+    (`DecodeStepGate`: its predicted step time, `DecodeKVGate`: KV usage; for PD decode
+    instances); see `integrations.vllm_v1.scheduling.start_gate`."""
 
     def __attrs_post_init__(self) -> None:
         if self.quotas is not None and self.fairness is None:

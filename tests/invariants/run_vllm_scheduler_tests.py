@@ -73,7 +73,7 @@ DESIGN_DIFFERENCES: tuple[tuple[tuple[str, ...], str, str], ...] = (
      "5-block pool (or exhausted pool) is always red, so the rejected requests never start "
      "or finish as the test expects"),
     (FULL_POOL_START_TESTS, "start_gate",
-     "DecodeKVGate starts a request only while KV usage stays at most 0.5: the test fills "
+     "DecodeStepGate starts a request only while KV usage stays at most 0.5: the test fills "
      "more of the pool than that to force a preemption, the gate holds the start instead"),
 )
 """Tests that inspect what a pipeline changes by design: (test id prefixes, which pipelines

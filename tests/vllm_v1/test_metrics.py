@@ -3,7 +3,7 @@
 from prometheus_client import CollectorRegistry
 
 from integrations.vllm_v1.metrics import MAX_TENANT_LABELS, PolicyMetrics
-from policies import WFQ, KVWatermarks
+from policies import WFQ, DecodeStepGateStats, KVWatermarks
 
 
 def make():
@@ -59,3 +59,16 @@ def test_tenant_labels_are_capped():
     assert labels[:MAX_TENANT_LABELS] == [f"t{i}" for i in range(MAX_TENANT_LABELS)]
     assert set(labels[MAX_TENANT_LABELS:]) == {"other"}
     assert metrics.tenant_label("t0") == "t0"
+
+
+def test_start_gate_bound_and_held_counter_follow_the_gate_totals():
+    metrics, registry = make()
+    metrics.start_gate(DecodeStepGateStats(step_bound_s=None, fixed_step_s=0.005, calls=3,
+                                           held_by_step=0))
+    assert registry.get_sample_value("policies:decode_step_bound_seconds") == 0.0  # unset
+    metrics.start_gate(DecodeStepGateStats(step_bound_s=0.0156, fixed_step_s=0.0078,
+                                           calls=10, held_by_step=4))
+    metrics.start_gate(DecodeStepGateStats(step_bound_s=0.0150, fixed_step_s=0.0075,
+                                           calls=12, held_by_step=6))
+    assert registry.get_sample_value("policies:decode_step_bound_seconds") == 0.0150
+    assert registry.get_sample_value("policies:start_gate_held_by_step_total") == 6

@@ -51,7 +51,8 @@ class StartsAtMost:
     def __init__(self, count):
         self.count = count
 
-    def startable(self, needed_blocks, *, used_blocks, total_blocks, running_requests):
+    def startable(self, needed_blocks, *, used_blocks, total_blocks, running_requests,
+                  block_size_tokens):
         return min(self.count, len(needed_blocks))
 
 
