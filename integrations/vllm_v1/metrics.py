@@ -37,6 +37,11 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   (``base``, ``decode``, ``decode_context_token``, ``prefill_token``, ``prefill_pair``),
   ``policies:step_model_relative_error{quantile}`` (``0.5``, ``0.99``: out-of-sample, over
   the recent steps) and ``policies:step_model_observations``
+* with `SLOAdmission` as ``admission`` (the ``slo`` preset): ``policies:slo_headroom`` (the
+  headroom in force, the configured one corrected by the observed TTFT errors),
+  ``policies:slo_ttft_error_p90`` (90th percentile of (measured - predicted TTFT) / target
+  over the recent admitted requests), ``policies:slo_admitted_tracked`` (admitted requests
+  whose first-token deadline admission still weighs) and ``policies:slo_demotions_total``
 * with a ``start_gate`` that has ``stats()`` (`DecodeStepGate`):
   ``policies:decode_step_bound_seconds`` (the predicted step time starts may not push the
   batch past; absent while the step model warms up) and
@@ -61,6 +66,7 @@ from policies import (
     EvictionStats,
     FairnessPolicy,
     KVBlockQuota,
+    SLOAdmissionStats,
     StepModelStats,
 )
 
@@ -145,6 +151,21 @@ class PolicyMetrics:
         self._step_observations = Gauge("policies:step_model_observations",
                                         "Engine steps the step-time model has learned from",
                                         registry=registry, multiprocess_mode="mostrecent")
+        self._slo_headroom = Gauge("policies:slo_headroom",
+                                   "SLO admission's headroom in force (configured, corrected "
+                                   "by observed TTFT errors)", registry=registry,
+                                   multiprocess_mode="mostrecent")
+        self._slo_error = Gauge("policies:slo_ttft_error_p90",
+                                "p90 of (measured - predicted TTFT) / TTFT target over recent "
+                                "admitted requests", registry=registry,
+                                multiprocess_mode="mostrecent")
+        self._slo_tracked = Gauge("policies:slo_admitted_tracked",
+                                  "Admitted requests whose first-token deadline SLO admission "
+                                  "still weighs", registry=registry, multiprocess_mode="mostrecent")
+        self._slo_demotions = PromCounter("policies:slo_demotions",
+                                          "Requests SLO admission demoted to a lower class",
+                                          registry=registry)
+        self._slo_demotions_seen = 0
         self._step_bound = Gauge("policies:decode_step_bound_seconds",
                                  "The predicted decode step time the start gate holds the "
                                  "batch within", registry=registry,
@@ -236,6 +257,16 @@ class PolicyMetrics:
             if value is not None:
                 self._step_error.labels(quantile=quantile).set(value)
         self._step_observations.set(stats.observations)
+
+    def slo_admission(self, stats: SLOAdmissionStats) -> None:
+        """Set SLO admission's gauges and advance its demotion counter to its total."""
+        self._slo_headroom.set(stats.headroom)
+        if stats.ttft_error_p90 is not None:
+            self._slo_error.set(stats.ttft_error_p90)
+        self._slo_tracked.set(stats.tracked)
+        if stats.demoted > self._slo_demotions_seen:
+            self._slo_demotions.inc(stats.demoted - self._slo_demotions_seen)
+            self._slo_demotions_seen = stats.demoted
 
     def start_gate(self, stats: DecodeStepGateStats) -> None:
         """Set the start gate's step bound and advance its held counter to the gate's total."""

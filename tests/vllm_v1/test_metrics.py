@@ -3,7 +3,7 @@
 from prometheus_client import CollectorRegistry
 
 from integrations.vllm_v1.metrics import MAX_TENANT_LABELS, PolicyMetrics
-from policies import WFQ, DecodeStepGateStats, KVWatermarks
+from policies import WFQ, DecodeStepGateStats, KVWatermarks, SLOAdmissionStats
 
 
 def make():
@@ -72,3 +72,15 @@ def test_start_gate_bound_and_held_counter_follow_the_gate_totals():
                                            calls=12, held_by_step=6))
     assert registry.get_sample_value("policies:decode_step_bound_seconds") == 0.0150
     assert registry.get_sample_value("policies:start_gate_held_by_step_total") == 6
+
+
+def test_slo_admission_gauges_and_demotions_follow_the_admission_totals():
+    metrics, registry = make()
+    for demoted, p90 in ((2, None), (5, 0.12)):
+        metrics.slo_admission(SLOAdmissionStats(
+            admitted=10, demoted=demoted, rejected={}, unclassified=0, tracked=3,
+            headroom=0.78, ttft_error_p90=p90))
+    assert registry.get_sample_value("policies:slo_headroom") == 0.78
+    assert registry.get_sample_value("policies:slo_ttft_error_p90") == 0.12
+    assert registry.get_sample_value("policies:slo_admitted_tracked") == 3
+    assert registry.get_sample_value("policies:slo_demotions_total") == 5

@@ -70,6 +70,7 @@ from policies import (
     LoadSnapshot,
     RequestMetadata,
     RequestView,
+    SLOAdmission,
     TenantUsage,
 )
 from policies.cache_aware import LoadAwareRanking
@@ -515,6 +516,10 @@ class PolicySchedulerMixin:
             running=(self._tenant_of(r) for r in self.running),
             fairness=self.pipeline.fairness, watermarks=self._block_quota,
             kv_usage=self.kv_cache_manager.usage)
+        admission = self.pipeline.admission
+        if isinstance(admission, SLOAdmission):
+            self._call("refresh_metrics",
+                       (lambda: metrics.slo_admission(admission.stats()),))
         self._call("refresh_metrics", self.hooks.refresh_metrics, metrics)
 
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,
