@@ -42,10 +42,10 @@ PROMPT_TOKENS = 64
 CHURN_PREFIXES = 16
 """``--churn``: prompts open with one of this many shared 48-token prefixes."""
 CHURN_BLOCKS_PER_SEQ = 8
+"""``--churn``: KV blocks per running sequence (a 64-token prompt and its answer take 5-8)."""
 CHURN_TIMED_IDS = 10**6
 """``--churn``: requests added during the timed steps are numbered from here (past the
 warm-up's), one per finished request, so the queue keeps its length."""
-"""``--churn``: KV blocks per running sequence (a 64-token prompt and its answer take 5-8)."""
 
 
 ADMIT_ALL_SLO = {"classes": {"any": {"ttft_s": 3600.0, "tpot_s": 60.0}},
