@@ -85,7 +85,7 @@ chains = st.lists(st.lists(st.integers(0, 5), min_size=1, max_size=5, unique=Tru
        sample=st.sampled_from([1, 2, 8]))
 def test_invariants_hold_in_a_cache(chains, capacity, window, sample):
     """Replayed as a cache, the real order and both shadows stay consistent."""
-    order = DuelingSLRU(window_accesses=window, shadow_sample=sample, min_shadow_blocks=1)
+    order = DuelingSLRU(window_accesses=window, shadow_sample=sample, sample_from_blocks=1)
     chains = [[tuple(c[: i + 1]) for i in range(len(c))] for c in chains]  # keys = prefixes
     replay_order(chains, capacity, order, "dueling")
     order.check_invariants()

@@ -121,13 +121,13 @@ ORDERS = {
     "dueling-margin": lambda: DuelingSLRU(window_accesses=50.0, prompt_versions=versions(),
                                           switch_margin_hits=2.0),
     "dueling-sampled": lambda: DuelingSLRU(window_accesses=50.0, shadow_sample=2,
-                                           min_shadow_blocks=8, switch_margin_hits=0.0),
+                                           sample_from_blocks=16, switch_margin_hits=0.0),
     "cache-preset": lambda: DuelingSLRU(session_pins=SessionPins(default_gap_s=3.0)),
     "cache-preset-no-margin": lambda: DuelingSLRU(session_pins=SessionPins(default_gap_s=3.0),
                                                   switch_margin_hits=0.0),
     "cache-preset-sampled": lambda: DuelingSLRU(session_pins=SessionPins(default_gap_s=3.0),
                                                 window_accesses=80.0, shadow_sample=2,
-                                                min_shadow_blocks=8, switch_margin_hits=0.0),
+                                                sample_from_blocks=16, switch_margin_hits=0.0),
 }
 """The small-window duels and ``cache-preset-no-margin`` run with ``switch_margin_hits=0``,
 the order before the switch margin: their digests are the ones recorded before it."""
