@@ -45,6 +45,17 @@ def test_contexts_grow_to_tens_of_thousands_with_high_reuse(swe):
     assert 0.85 < reused / total < 0.97
 
 
+def test_held_out_variants_differ_from_swe_where_they_say():
+    """``swe-long`` grows contexts past ``swe``'s 40k cap; ``swe-busy`` has more, shorter
+    sessions on the same number of calls."""
+    swe, long, busy = (load_workload(f"agent-{name}", max_requests=1500)
+                       for name in ("swe", "swe-long", "swe-busy"))
+    assert (PROFILES["swe"].max_context_tokens < max(r.prompt_tokens for r in long.requests)
+            <= PROFILES["swe-long"].max_context_tokens)
+    assert len(_sessions(busy)) > 1.5 * len(_sessions(swe))
+    assert all(r.session_id for r in (*long.requests, *busy.requests))
+
+
 def test_frameworks_share_their_system_prompt_across_sessions(swe):
     firsts = [calls[0].block_hashes[0] for calls in _sessions(swe).values()]
     assert len(set(firsts)) <= PROFILES["swe"].frameworks < len(firsts)
