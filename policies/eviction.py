@@ -182,6 +182,9 @@ class EvictionStats:
     """Blocks of a finished turn not pinned because PINNED held its share of the cache
     (pins released early under pressure are the evictions from PINNED in
     ``evictions_by_segment``)."""
+    pin_pauses: int = 0
+    """Times pins were paused for costing more hits than they bought against LRU
+    (`SessionPins.judged`)."""
     wanted_blocks: int = 0
     """Blocks in WANTED (a waiting request will hit them)."""
     wanted_hits: int = 0
@@ -220,7 +223,7 @@ class LRU:
     _counts: dict[str, int] = attrs.field(init=False, repr=False, factory=lambda: dict.fromkeys(
         ("releases", "acquires", "evictions", "promotions", "demotions", "orphaned",
          "evicted_with_children", "shielded", "retained_cancelled", "demoted_stale", "pins",
-        "pin_hits", "pins_expired", "pins_refused", "wanted_hits"), 0))
+        "pin_hits", "pins_expired", "pins_refused", "pin_pauses", "wanted_hits"), 0))
     _evicted_from: list[int] = attrs.field(init=False, repr=False,
                                            factory=lambda: [0] * len(Segment))
 

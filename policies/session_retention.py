@@ -62,6 +62,11 @@ class SessionPins:
     """Weight of the newest gap in a session's (and the fleet's) running mean."""
     max_sessions: int = attrs.field(default=100_000, validator=attrs.validators.ge(1))
     """Sessions remembered (least recently seen forgotten first)."""
+    judged: bool = True
+    """Pause pins whenever, while the order runs as LRU, they have cost clearly more prefix
+    hits than they bought against its shadow LRU (`DuelingSLRU._judge_pins`): no new pins
+    for ``window_accesses`` accesses (longer while trials keep failing; pins held run out as
+    usual). ``False``: never paused."""
     prefix_sessions: bool = False
     """Also pin requests without a ``session_id``, their session found by prefix
     continuation. Off by default: on the Mooncake synthetic trace such pins cost 1-3 points

@@ -28,7 +28,9 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   ``stale``: an old prompt version); with session pins (`DuelingSLRU`) also
   ``policies:kv_session_pins_total{event}`` (``pinned``: blocks pinned for a session's next
   turn; ``hit``: prefix hits on pinned blocks, the hits pins bought; ``expired``: pins whose
-  predicted gap passed; ``refused``: blocks not pinned, the pinned share being full) and
+  predicted gap passed; ``refused``: blocks not pinned, the pinned share being full or
+  pins paused; ``paused``: times pins were paused for costing more hits than they bought
+  against LRU) and
   the ``pinned`` segment of the two metrics above; with waiting-queue awareness
   (`SegmentedLRU.keep_waiting`) the ``wanted`` segment (blocks a waiting request will hit)
   and ``policies:kv_wanted_hits_total{queue="waiting"}`` (prefix hits on them)
@@ -236,6 +238,7 @@ class PolicyMetrics:
                    (self._pins, "event", "hit", stats.pin_hits),
                    (self._pins, "event", "expired", stats.pins_expired),
                    (self._pins, "event", "refused", stats.pins_refused),
+                   (self._pins, "event", "paused", stats.pin_pauses),
                    (self._wanted_hits, "queue", "waiting", stats.wanted_hits)]
         for counter, label, value, total in totals:  # counters follow the order's totals
             key = (label, value)  # every segment and reason name is distinct

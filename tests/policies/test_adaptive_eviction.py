@@ -4,8 +4,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.cache_replay.simulate import replay_order
+from benchmarks.replay.workloads import load_workload
 from policies import LRU, EvictionOrder, Segment, SegmentedLRU
 from policies.adaptive_eviction import DuelingSLRU
+from policies.session_retention import SessionPins
 from tests.helpers.eviction import assert_misuse_raises_precise_errors
 
 
@@ -92,3 +94,49 @@ def test_invariants_hold_in_a_cache(chains, capacity, window, sample):
     if order.mode == "lru":
         order.release(("new",))
         assert order.stats().protected_blocks == 0
+
+
+def test_sampled_shadows_go_on_with_the_sampled_keys_they_held():
+    """Sampling fixed at the first eviction keeps the shadows' sampled keys (in their order,
+    PROTECTED kept), so the duel does not wait a whole cache turnover for evidence again."""
+    order = DuelingSLRU(shadow_sample=2, sample_from_blocks=8)
+    for key in range(16):
+        order.release(key)
+    order.acquire(4)
+    order.release(4)  # used twice: PROTECTED in the SLRU shadow
+    order.evict()  # the cache is full: one key in 2 from now on
+    sampled = [key for key in range(16) if not hash(key) % 2]
+    assert all(order._lru.holds(key) for key in sampled)
+    assert all(order._slru.holds(key) for key in sampled)
+    assert not any(order._lru.holds(key) for key in range(16) if key not in sampled)
+    assert order._slru.order.segment_of(4) is Segment.PROTECTED
+    order.check_invariants()
+
+
+def _agent_replay(workload, cache_blocks, pins):
+    trace = load_workload(workload, max_requests=1500)
+    chains = [request.block_hashes for request in trace.requests]
+    turns = [(request.session_id, request.arrival_s) for request in trace.requests]
+    order = LRU() if pins is None else DuelingSLRU(session_pins=pins)
+    return replay_order(chains, cache_blocks, order, "order", turns=turns).hit_rate, order
+
+
+def test_pins_that_cost_hits_against_lru_are_paused():
+    """On many short sessions with quick, erratic tools, pins cost more hits than they buy;
+    judged against the LRU shadow they pause, and give back at least a third of the loss."""
+    lru, _ = _agent_replay("agent-swe-busy", 250, None)
+    fixed, _ = _agent_replay("agent-swe-busy", 250, SessionPins(judged=False))
+    judged, order = _agent_replay("agent-swe-busy", 250, SessionPins())
+    assert fixed < lru - 0.01
+    assert order.stats().pin_pauses >= 1
+    assert judged >= fixed + (lru - fixed) / 3
+    order.check_invariants()
+
+
+def test_pins_that_pay_are_not_paused():
+    """Where pins win (long coding sessions, a small cache) the judge leaves them alone."""
+    fixed, _ = _agent_replay("agent-swe", 125, SessionPins(judged=False))
+    judged, order = _agent_replay("agent-swe", 125, SessionPins())
+    lru, _ = _agent_replay("agent-swe", 125, None)
+    assert order.stats().pin_pauses == 0
+    assert judged == fixed > lru + 0.02
