@@ -13,6 +13,8 @@
   servegen``'s priority -1) declared protected at the Gold class's TPOT (50 ms).
 - `cache_without_waiting`: the ``cache`` preset with waiting-queue awareness off
   (``keep_waiting=False``), to measure what it buys.
+- `cache_fixed_pins`: the ``cache`` preset with its session pins never paused
+  (``SessionPins(judged=False)``), to measure what judging them against LRU does.
 """
 
 from __future__ import annotations
@@ -76,3 +78,10 @@ def cache_without_waiting() -> Pipeline:
     """The ``cache`` preset, its eviction order deaf to the waiting queue."""
     pipeline = preset("cache")
     return attrs.evolve(pipeline, eviction=attrs.evolve(pipeline.eviction, keep_waiting=False))
+
+
+def cache_fixed_pins() -> Pipeline:
+    """The ``cache`` preset, its session pins never judged against LRU (always on)."""
+    pipeline = preset("cache")
+    pins = attrs.evolve(pipeline.eviction.session_pins, judged=False)
+    return attrs.evolve(pipeline, eviction=attrs.evolve(pipeline.eviction, session_pins=pins))
