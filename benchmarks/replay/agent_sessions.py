@@ -86,34 +86,29 @@ class AgentProfile:
     (the trace's own engine, as a recorded trace would carry it)."""
 
 
+_SWE = AgentProfile(
+    sessions_per_s=0.05, turns=LogNormal(median=24, sigma=0.5, low=4, high=80),
+    frameworks=3, system_prompt_tokens=3072,
+    task_tokens=LogNormal(median=800, sigma=0.6, low=100, high=6000),
+    observation_tokens=LogNormal(median=700, sigma=1.0, low=20, high=8000),
+    output_tokens=LogNormal(median=160, sigma=0.7, low=8, high=2000),
+    tool_s=LogNormal(median=2.5, sigma=1.0, low=0.05, high=60.0),
+    max_context_tokens=40_000)
+"""SWE-Bench-style coding agents: tens of turns, file views and test logs as observations,
+contexts to tens of thousands of tokens, tool runs of seconds."""
+
 PROFILES: Mapping[str, AgentProfile] = MappingProxyType({
-    # SWE-Bench-style coding agents: tens of turns, file views and test logs as
-    # observations, contexts to tens of thousands of tokens, tool runs of seconds.
-    "swe": AgentProfile(
-        sessions_per_s=0.05, turns=LogNormal(median=24, sigma=0.5, low=4, high=80),
-        frameworks=3, system_prompt_tokens=3072,
-        task_tokens=LogNormal(median=800, sigma=0.6, low=100, high=6000),
-        observation_tokens=LogNormal(median=700, sigma=1.0, low=20, high=8000),
-        output_tokens=LogNormal(median=160, sigma=0.7, low=8, high=2000),
-        tool_s=LogNormal(median=2.5, sigma=1.0, low=0.05, high=60.0),
-        max_context_tokens=40_000),
+    "swe": _SWE,
     # Held-out variants of the coding agent, never tuned on: long sessions whose contexts
     # grow to 80k tokens with longer tool runs, and a busy fleet of short sessions with
-    # quick tools (checks that what was built on ``swe`` carries over).
-    "swe-long": AgentProfile(
-        sessions_per_s=0.03, turns=LogNormal(median=40, sigma=0.5, low=8, high=120),
-        frameworks=3, system_prompt_tokens=3072,
-        task_tokens=LogNormal(median=800, sigma=0.6, low=100, high=6000),
+    # quick tools of wide spread (checks that what was built on ``swe`` carries over).
+    "swe-long": attrs.evolve(
+        _SWE, sessions_per_s=0.03, turns=LogNormal(median=40, sigma=0.5, low=8, high=120),
         observation_tokens=LogNormal(median=1200, sigma=1.0, low=20, high=12000),
-        output_tokens=LogNormal(median=160, sigma=0.7, low=8, high=2000),
         tool_s=LogNormal(median=5.0, sigma=0.8, low=0.1, high=120.0),
         max_context_tokens=80_000),
-    "swe-busy": AgentProfile(
-        sessions_per_s=0.12, turns=LogNormal(median=12, sigma=0.6, low=2, high=60),
-        frameworks=3, system_prompt_tokens=3072,
-        task_tokens=LogNormal(median=800, sigma=0.6, low=100, high=6000),
-        observation_tokens=LogNormal(median=700, sigma=1.0, low=20, high=8000),
-        output_tokens=LogNormal(median=160, sigma=0.7, low=8, high=2000),
+    "swe-busy": attrs.evolve(
+        _SWE, sessions_per_s=0.12, turns=LogNormal(median=12, sigma=0.6, low=2, high=60),
         tool_s=LogNormal(median=1.0, sigma=1.2, low=0.02, high=30.0),
         max_context_tokens=32_000),
     # BFCL-style function calling: a few turns, long tool schemas in the system prompt,
