@@ -114,10 +114,10 @@ class _OrderShadow(_Shadow):
         """A new shadow holding the kept keys of this one, evictable ones released in this
         one's eviction order, PROTECTED ones protected again (as roots; no counts)."""
         shadow = _OrderShadow(in_use={key for key in self._in_use if keep(key)})
-        protected = self.order._segments[Segment.PROTECTED]
         for key in self.order:
             if keep(key):
-                shadow.order.release(key, protect=key in protected)
+                shadow.order.release(
+                    key, protect=self.order.segment_of(key) is Segment.PROTECTED)
         return shadow
 
     def trim(self, capacity: float) -> None:
@@ -258,12 +258,7 @@ class DuelingSLRU(SegmentedLRU):
             del self._pinned_until[key]
         SegmentedLRU.acquire(self, key)
         if not hash(key) % self._sample:
-            parent = self._entries[key].parent
-            if self._lru_mode and self._gaps is not None:
-                hit = parent is None or parent in self._entries  # the shadows' prefix rule
-                if hit != self._lru_would_hit(key, parent):
-                    self._judge_pins(+1.0 if hit else -1.0)
-            self._observe(key, parent, release=False)
+            self._observe(key, self._entries[key].parent, release=False)
 
     def release(self, key: Hashable, parent: Hashable | None = None, *,
                 protect: bool = False) -> None:
@@ -271,16 +266,12 @@ class DuelingSLRU(SegmentedLRU):
         they had it in use)."""
         SegmentedLRU._release(self, key, parent, protect=protect)  # without `_release`'s frame
         if not hash(key) % self._sample:
-            if self._lru_mode and self._gaps is not None and key in self._lru._queue:
-                self._judge_pins_on_miss(key, parent)
             self._observe(key, parent, release=True)
 
     def _release(self, key: Hashable, parent: Hashable | None, *, protect: bool = False,
                  cancelled: bool = False) -> None:
         SegmentedLRU._release(self, key, parent, protect=protect, cancelled=cancelled)
         if not hash(key) % self._sample:
-            if self._lru_mode and self._gaps is not None and key in self._lru._queue:
-                self._judge_pins_on_miss(key, parent)
             self._observe(key, parent, release=True)
 
     def evict(self) -> Hashable:
@@ -362,12 +353,20 @@ class DuelingSLRU(SegmentedLRU):
         return lru.holds(key) and (parent is None or bool(hash(parent) % self._sample)
                                    or lru.holds(parent))
 
-    def _judge_pins_on_miss(self, key: Hashable, parent: Hashable | None) -> None:
-        """Sampled ``key``, evictable in the LRU shadow, is released: the real order computed
-        it anew (it did not acquire it, or the shadow would have it in use); a hit LRU would
-        have had is one the pins cost."""
-        if self._lru_would_hit(key, parent):
-            self._judge_pins(-1.0)
+    def _judge_pins_on_access(self, key: Hashable, parent: Hashable | None, *,
+                              release: bool) -> None:
+        """Sampled ``key`` (below ``parent``) is accessed while the order runs as LRU: a hit
+        here (its parent cached too, the shadows' prefix rule) that the LRU shadow would have
+        missed counts for pins, a miss it would have hit against them. A release of a key
+        evictable in the shadow is a miss here: the real order computed it anew (had it
+        acquired the key, the shadow would have it in use)."""
+        if release:
+            if key in self._lru._queue and self._lru_would_hit(key, parent):
+                self._judge_pins(-1.0)
+            return
+        hit = parent is None or parent in self._entries
+        if hit != self._lru_would_hit(key, parent):
+            self._judge_pins(+1.0 if hit else -1.0)
 
     def _judge_pins(self, hits: float) -> None:
         """Pins bought (+) or cost (-) ``hits`` against the LRU shadow (`SessionPins.judged`):
@@ -426,7 +425,9 @@ class DuelingSLRU(SegmentedLRU):
         self._replace(key, self._entries[key])
 
     def _observe(self, key: Hashable, parent: Hashable | None, *, release: bool) -> None:
-        """A sampled ``key`` was accessed: feed both shadows, follow the leader."""
+        """A sampled ``key`` was accessed: judge pins, feed both shadows, follow the leader."""
+        if self._lru_mode and self._gaps is not None:
+            self._judge_pins_on_access(key, parent, release=release)
         sample = self._sample
         if parent is not None and hash(parent) % sample:
             parent = None  # not in the shadows: the prefix rule is checked on sampled keys
