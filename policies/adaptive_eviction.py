@@ -14,8 +14,9 @@ hit).
 So on a workload where frequency pays the real order is `SegmentedLRU`, and where it
 does not (agent sessions whose growing context is used once per turn), it is LRU, and it
 follows the better one within the decay window. Cost: per sampled call, a shadow
-`SegmentedLRU`'s bookkeeping and an LRU queue's besides the real order's, still O(1)
-amortised; memory at most three times `SegmentedLRU`'s.
+`SegmentedLRU`'s bookkeeping and an LRU queue's besides the real order's (and a second LRU
+queue's once judged session pins have seen a session), still O(1) amortised (a pin costs
+O(log pins)); memory at most four times `SegmentedLRU`'s.
 
 Session pins (``session_pins``, `SessionHints`): when a turn of an agent session finishes,
 its blocks go to PINNED, evicted only when nothing but WANTED is left, until ``gap_slack``
@@ -25,12 +26,13 @@ turn finishing while it is full is not pinned (older pins are not pushed out, so
 the sessions stays cached instead of all of them taking turns to miss, LRU's loop failure),
 and pinned blocks are evicted when nothing but WANTED is left (early release under
 pressure).
-The shadows do not pin, and do not hear the waiting queue (`SegmentedLRU.keep_waiting`:
-blocks a waiting request will hit are kept after pins). Pins are judged against the LRU
-shadow while the order runs as LRU (`SessionPins.judged`): a sampled access the real order
-hits and the shadow misses counts for them, one it misses and the shadow hits against them;
-once they are clearly behind, no new pins are made for a while, so on traffic where pins
-cost hits (many short sessions with erratic tool times) the order falls back towards LRU.
+The SLRU and LRU shadows do not pin, and no shadow hears the waiting queue
+(`SegmentedLRU.keep_waiting`: blocks a waiting request will hit are kept after pins).
+Pins are judged (`SessionPins.judged`) by a third shadow, the LRU shadow's twin that pins
+as the real order would: pins are made only while it leads the LRU shadow by more than
+``switch_margin_hits`` decayed hits, and stop once the LRU shadow leads it by as much. So
+LRU is the floor until pins prove themselves, and on traffic where they cost hits (many
+short sessions with erratic tool times) the order stays LRU, with no trial to pay for.
 """
 
 from __future__ import annotations
@@ -180,6 +182,97 @@ class _LRUShadow(_Shadow):
 
 
 @attrs.define(eq=False, kw_only=True)
+class _PinnedLRUShadow(_LRUShadow):
+    """An `_LRUShadow` that pins a finished turn's keys as `DuelingSLRU` does: a pinned key
+    leaves the queue until its pin runs out (then it goes to the newest end) or it is hit,
+    and is evicted, farthest predicted return first, only once the queue is empty."""
+
+    _pinned: dict = attrs.field(factory=dict)
+    """Pinned key -> ``(until, sequence)`` of its latest pin."""
+    _expiry: list = attrs.field(factory=list)
+    """``(until, sequence, key)`` of each pin, lazily dropped once stale."""
+    _farthest: list = attrs.field(factory=list)
+    """``(-until, -sequence, key)`` of each pin: the farthest predicted return on top."""
+    _seq: int = 0
+
+    @classmethod
+    def following(cls, lru: _LRUShadow) -> _PinnedLRUShadow:
+        """A pinned shadow holding what ``lru`` holds, in its order, with its decayed hits."""
+        return cls(held=set(lru._held), queue=OrderedDict(lru._queue), score=lru.score)
+
+    def access(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
+        """As `_LRUShadow.access`; a pinned key is a hit and loses its pin."""
+        if key in self._pinned:
+            del self._pinned[key]
+            self._count(True, parent)
+        else:
+            _LRUShadow.access(self, key, parent, capacity)
+
+    def release(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
+        """As `_LRUShadow.release`; a pinned key is accessed first (losing its pin)."""
+        if key in self._pinned:
+            self.access(key, parent, capacity)
+        _LRUShadow.release(self, key, parent, capacity)
+
+    def trim(self, capacity: float) -> None:
+        """Evict until at most ``capacity`` keys are cached: queued keys first, then pinned
+        ones, the farthest return first."""
+        held, queue, pinned, farthest = self._held, self._queue, self._pinned, self._farthest
+        while len(held) > capacity:
+            if queue:
+                held.remove(queue.popitem(last=False)[0])
+            elif pinned:
+                until, seq, key = heapq.heappop(farthest)
+                if pinned.get(key) == (-until, -seq):
+                    del pinned[key]
+                    held.remove(key)
+            else:
+                break
+
+    def pin(self, keys: Sequence[Hashable], until: float, limit: int) -> None:
+        """Pin the evictable ``keys`` until ``until`` (a pinned one again), head first, while
+        fewer than ``limit`` keys are pinned."""
+        pinned, queue = self._pinned, self._queue
+        for key in keys:
+            if key not in pinned:
+                if key not in queue or len(pinned) >= limit:
+                    continue
+                del queue[key]
+            self._seq += 1
+            pinned[key] = (until, self._seq)
+            heapq.heappush(self._expiry, (until, self._seq, key))
+            heapq.heappush(self._farthest, (-until, -self._seq, key))
+
+    def expire(self, now: float) -> None:
+        """Pins that ran out by ``now`` go to the newest end of the queue."""
+        expiry, pinned = self._expiry, self._pinned
+        while expiry and expiry[0][0] <= now:
+            until, seq, key = heapq.heappop(expiry)
+            if pinned.get(key) == (until, seq):
+                del pinned[key]
+                self._queue[key] = None
+
+    def restricted(self, keep: Callable[[Hashable], bool]) -> _PinnedLRUShadow:
+        """A new shadow holding the kept keys of this one, in the same order, pins kept
+        (no counts)."""
+        shadow = _PinnedLRUShadow(
+            held={key for key in self._held if keep(key)},
+            queue=OrderedDict((key, None) for key in self._queue if keep(key)))
+        for key, (until, seq) in self._pinned.items():
+            if keep(key):
+                shadow._pinned[key] = (until, seq)
+                heapq.heappush(shadow._expiry, (until, seq, key))
+                heapq.heappush(shadow._farthest, (-until, -seq, key))
+        shadow._seq = self._seq
+        return shadow
+
+    def check_invariants(self) -> None:
+        """Assert `_LRUShadow`'s invariants and that pinned keys are cached, not queued."""
+        super().check_invariants()
+        assert all(key in self._held and key not in self._queue for key in self._pinned)
+
+
+@attrs.define(eq=False, kw_only=True)
 class DuelingSLRU(SegmentedLRU):
     """Never far below LRU: evicts as `SegmentedLRU` while a shadow SLRU out-hits a shadow
     LRU over the last ``window_accesses`` (decayed), else as LRU; O(1) amortised per call.
@@ -191,7 +284,9 @@ class DuelingSLRU(SegmentedLRU):
     is empty after each release, so keys are evicted uncached, orphans, then in release
     order. `mode` is ``"slru"`` until the shadows have seen an eviction and whenever the SLRU
     shadow's decayed hits are at least the LRU shadow's; it turns ``"lru"`` only once the LRU
-    shadow leads by more than ``switch_margin_hits``.
+    shadow leads by more than ``switch_margin_hits``. With judged session pins, no turn is
+    pinned until the pinned shadow has led the LRU shadow by more than ``switch_margin_hits``,
+    nor after the LRU shadow has led it by as much.
     """
 
     window_accesses: float = attrs.field(default=20_000.0, validator=attrs.validators.gt(0))
@@ -229,16 +324,12 @@ class DuelingSLRU(SegmentedLRU):
     _pin_seq: int = attrs.field(init=False, repr=False, default=0)
     _far_heap: list = attrs.field(init=False, repr=False, factory=list)
     """``(-until, -sequence, key)`` of each pin: the farthest predicted return on top."""
-    _pin_net: float = attrs.field(init=False, repr=False, default=0.0)
-    """Decayed sampled hits pins bought minus those they cost, against the LRU shadow."""
-    _pin_disagreements: float = attrs.field(init=False, repr=False, default=0.0)
-    """Decayed sampled accesses on which the real order and the LRU shadow disagreed: pins
-    pause only once their deficit is beyond two standard deviations of that many +-1s."""
-    _pins_resume_at: float = attrs.field(init=False, repr=False, default=0.0)
-    """Sampled accesses (the LRU shadow's count) before which pins are paused."""
-    _pin_failures: int = attrs.field(init=False, repr=False, default=0)
-    """Pauses in a row, each within a window of the last: the next pause lasts 2^(n-1)
-    windows (at most 8)."""
+    _pinned_lru: _PinnedLRUShadow | None = attrs.field(init=False, repr=False, default=None)
+    """The LRU shadow's twin that pins as the real order would (`SessionPins.judged`),
+    made at the first turn of a session."""
+    _pins_on: bool = attrs.field(init=False, repr=False, default=False)
+    """Whether judged pins are made now: once the pinned shadow leads the LRU shadow by more
+    than ``switch_margin_hits``, until the LRU shadow leads it by as much."""
 
     def __attrs_post_init__(self) -> None:
         if self.session_pins is not None:
@@ -284,6 +375,9 @@ class DuelingSLRU(SegmentedLRU):
                 sample = self._sample
                 self._lru = self._lru.restricted(lambda key: not hash(key) % sample)
                 self._slru = self._slru.restricted(lambda key: not hash(key) % sample)
+                if self._pinned_lru is not None:
+                    self._pinned_lru = self._pinned_lru.restricted(
+                        lambda key: not hash(key) % sample)
         elif len(self._entries) > self._capacity:
             self._capacity = float(len(self._entries))
         pinned = self._segments[_PINNED]
@@ -313,6 +407,8 @@ class DuelingSLRU(SegmentedLRU):
         if self._gaps is None:
             return None
         self._expire(now)
+        if self._pinned_lru is not None:
+            self._pinned_lru.expire(now)
         session = self._gaps.session_of(session_id, keys)
         if session is not None:
             self._gaps.started(session, now)
@@ -325,9 +421,11 @@ class DuelingSLRU(SegmentedLRU):
             return 0
         self._expire(now)
         until = self._gaps.finished(session, keys[-1] if keys else None, now)
+        if self.session_pins.judged:
+            self._pin_shadow(keys, until, now)
         pinned_keys = self._segments[Segment.PINNED]
-        limit = 0 if self._pins_paused() else int(
-            self.session_pins.max_pinned_fraction * min(self._capacity, self.tracked))
+        limit = int(self.session_pins.max_pinned_fraction * min(self._capacity, self.tracked)
+                    ) if self._pins_wanted() else 0
         pinned = 0
         for key in keys:  # head first: a pinned prefix hits even if its tail was not pinned
             segment = self.segment_of(key)
@@ -347,47 +445,22 @@ class DuelingSLRU(SegmentedLRU):
         self._counts["pins"] += pinned
         return pinned
 
-    def _lru_would_hit(self, key: Hashable, parent: Hashable | None) -> bool:
-        """Whether the LRU shadow holds sampled ``key`` and its parent (if sampled)."""
-        lru = self._lru
-        return lru.holds(key) and (parent is None or bool(hash(parent) % self._sample)
-                                   or lru.holds(parent))
+    def _pin_shadow(self, keys: Sequence[Hashable], until: float, now: float) -> None:
+        """Pin ``keys``' sampled ones in the pinned shadow (made now if this is the first
+        turn), as the real order would with pins on."""
+        shadow = self._pinned_lru
+        if shadow is None:
+            shadow = self._pinned_lru = _PinnedLRUShadow.following(self._lru)
+        shadow.expire(now)
+        sample = self._sample
+        limit = int(self.session_pins.max_pinned_fraction
+                    * min(self._capacity / sample, len(shadow._held)))
+        shadow.pin([key for key in keys if not hash(key) % sample], until, limit)
 
-    def _judge_pins_on_access(self, key: Hashable, parent: Hashable | None, *,
-                              release: bool) -> None:
-        """Sampled ``key`` (below ``parent``) is accessed while the order runs as LRU: a hit
-        here (its parent cached too, the shadows' prefix rule) that the LRU shadow would have
-        missed counts for pins, a miss it would have hit against them. A release of a key
-        evictable in the shadow is a miss here: the real order computed it anew (had it
-        acquired the key, the shadow would have it in use)."""
-        if release:
-            if key in self._lru._queue and self._lru_would_hit(key, parent):
-                self._judge_pins(-1.0)
-            return
-        hit = parent is None or parent in self._entries
-        if hit != self._lru_would_hit(key, parent):
-            self._judge_pins(+1.0 if hit else -1.0)
-
-    def _judge_pins(self, hits: float) -> None:
-        """Pins bought (+) or cost (-) ``hits`` against the LRU shadow (`SessionPins.judged`):
-        once behind by more than ``switch_margin_hits`` plus two standard deviations of the
-        decayed disagreements, no new pins for a window (doubling while trials fail at
-        once, up to 8 windows)."""
-        if not self.session_pins.judged or self._pins_paused():
-            return
-        self._pin_net += hits
-        self._pin_disagreements += 1.0
-        if self._pin_net < -self.switch_margin_hits - 2.0 * math.sqrt(self._pin_disagreements):
-            window = self.window_accesses / self._sample
-            failed_at_once = self._lru.accesses < self._pins_resume_at + window
-            self._pin_failures = min(self._pin_failures + 1, 4) if failed_at_once else 1
-            self._pin_net = self._pin_disagreements = 0.0
-            self._pins_resume_at = self._lru.accesses + window * 2 ** (self._pin_failures - 1)
-            self._counts["pin_pauses"] += 1
-
-    def _pins_paused(self) -> bool:
-        """Whether pins are paused now (`_judge_pins`)."""
-        return self._lru.accesses < self._pins_resume_at
+    def _pins_wanted(self) -> bool:
+        """Whether a finished turn is pinned now: always unless pins are judged, then only
+        while the pinned shadow leads (`_pins_on`)."""
+        return self._pins_on or not self.session_pins.judged
 
     def _expire(self, now: float) -> None:
         heap = self._pin_heap
@@ -426,8 +499,6 @@ class DuelingSLRU(SegmentedLRU):
 
     def _observe(self, key: Hashable, parent: Hashable | None, *, release: bool) -> None:
         """A sampled ``key`` was accessed: judge pins, feed both shadows, follow the leader."""
-        if self._lru_mode and self._gaps is not None:
-            self._judge_pins_on_access(key, parent, release=release)
         sample = self._sample
         if parent is not None and hash(parent) % sample:
             parent = None  # not in the shadows: the prefix rule is checked on sampled keys
@@ -436,8 +507,6 @@ class DuelingSLRU(SegmentedLRU):
         lru, slru = self._lru, self._slru  # unrolled: a loop over the two costs a tuple
         lru.score *= decay
         slru.score *= decay
-        self._pin_net *= decay
-        self._pin_disagreements *= decay
         if release:
             lru.release(key, parent, capacity)
             slru.release(key, parent, capacity)
@@ -451,16 +520,32 @@ class DuelingSLRU(SegmentedLRU):
         if lru_mode != self._lru_mode:
             self._lru_mode = lru_mode
             self._switches += 1
+        pinned = self._pinned_lru
+        if pinned is not None:
+            pinned.score *= decay
+            if release:
+                pinned.release(key, parent, capacity)
+            else:
+                pinned.access(key, parent, capacity)
+            if self._pins_on:
+                if lru.score > pinned.score + self.switch_margin_hits:
+                    self._pins_on = False
+                    self._counts["pin_pauses"] += 1
+            elif pinned.score > lru.score + self.switch_margin_hits:
+                self._pins_on = True
 
     def _protected_limit(self) -> int:
         return 0 if self._lru_mode else SegmentedLRU._protected_limit(self)
 
     def duel_stats(self) -> dict[str, float]:
-        """The shadows' hits (total and decayed) and how often the mode switched."""
+        """The shadows' hits (total and decayed), how often the mode switched, and whether
+        pins are made now."""
         return {"shadow_accesses": self._lru.accesses,
                 "lru_shadow_hits": self._lru.hits, "slru_shadow_hits": self._slru.hits,
                 "lru_shadow_score": self._lru.score, "slru_shadow_score": self._slru.score,
-                "mode_switches": self._switches, "lru_mode": int(self._lru_mode)}
+                "mode_switches": self._switches, "lru_mode": int(self._lru_mode),
+                "pinned_shadow_hits": 0 if self._pinned_lru is None else self._pinned_lru.hits,
+                "pins_on": int(self._pins_wanted()) if self.session_pins else 0}
 
     def stats(self) -> EvictionStats:
         """`SegmentedLRU.stats` of the real order (the shadows are in `duel_stats`)."""
@@ -471,5 +556,7 @@ class DuelingSLRU(SegmentedLRU):
         super().check_invariants()
         self._lru.check_invariants()
         self._slru.check_invariants()
+        if self._pinned_lru is not None:
+            self._pinned_lru.check_invariants()
         for key in self._segments[Segment.PINNED]:
             assert key in self._pinned_until, key

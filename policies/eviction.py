@@ -183,7 +183,7 @@ class EvictionStats:
     (pins released early under pressure are the evictions from PINNED in
     ``evictions_by_segment``)."""
     pin_pauses: int = 0
-    """Times pins were paused for costing more hits than they bought against LRU
+    """Times pins stopped because the shadow LRU out-hit its pinning twin
     (`SessionPins.judged`)."""
     wanted_blocks: int = 0
     """Blocks in WANTED (a waiting request will hit them)."""

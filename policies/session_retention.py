@@ -63,10 +63,9 @@ class SessionPins:
     max_sessions: int = attrs.field(default=100_000, validator=attrs.validators.ge(1))
     """Sessions remembered (least recently seen forgotten first)."""
     judged: bool = True
-    """Pause pins whenever, while the order runs as LRU, they have cost clearly more prefix
-    hits than they bought against its shadow LRU (`DuelingSLRU._judge_pins`): no new pins
-    for ``window_accesses`` accesses (longer while trials keep failing; pins held run out as
-    usual). ``False``: never paused."""
+    """Pin only while pinning pays against LRU: `DuelingSLRU` keeps a shadow LRU that pins
+    as it would, and makes pins while that shadow out-hits the plain LRU shadow by a margin
+    (none until it has). ``False``: always pin."""
     prefix_sessions: bool = False
     """Also pin requests without a ``session_id``, their session found by prefix
     continuation. Off by default: on the Mooncake synthetic trace such pins cost 1-3 points

@@ -60,7 +60,8 @@ def test_memory_is_bounded_by_max_sessions():
 
 
 def pinned_order(**kwargs):
-    order = DuelingSLRU(session_pins=SessionPins(**kwargs))
+    """An order that pins every finished turn (not judged, unless ``judged`` is given)."""
+    order = DuelingSLRU(session_pins=SessionPins(**{"judged": False, **kwargs}))
     assert isinstance(order, SessionHints)
     return order
 

@@ -33,7 +33,7 @@ def test_session_turns_reach_an_order_with_session_pins():
     # Two sessions take turns through a 4-block cache; a one-shot request comes between.
     chains = [(1, 2), (3, 4), (9,), (1, 2, 5), (3, 4, 6)]
     turns = [("a", 0.0), ("b", 1.0), (None, 1.5), ("a", 2.0), ("b", 3.0)]
-    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=1.0))
+    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=1.0, judged=False))
     pinned = replay_order(chains, 4, order, "dueling-pins", turns=turns)
     stats = order.stats()
     assert stats.pins > 0 and stats.pin_hits > 0  # the sessions' turns were pinned and hit

@@ -53,7 +53,8 @@ def test_eviction_gauges_and_counters_follow_the_orders_stats():
 
 def test_session_pins_are_counted_by_event():
     metrics, registry = make()
-    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=0.3, default_gap_s=10.0))
+    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=0.3, default_gap_s=10.0,
+                                                  judged=False))
     for i in range(6):
         order.release(i)
     session = order.turn_started("agent-1", ["a1", "a2", "a3", "a4"], now=0.0)

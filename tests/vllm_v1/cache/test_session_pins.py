@@ -17,7 +17,7 @@ def run(harness, request_id, prompt, session_id):
 
 def test_a_sessions_turn_is_pinned_and_its_next_turn_hits_the_pins():
     shape = EngineShape(num_blocks=64, max_num_seqs=4, max_model_len=1024)
-    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=1.0))
+    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=1.0, judged=False))
     harness = SchedulerHarness.build(Pipeline(eviction=order), shape=shape)
     prompt = [5 + i % 50 for i in range(160)]  # 10 full blocks
     run(harness, "turn-1", prompt, "agent-1")
@@ -36,3 +36,25 @@ def test_without_a_session_id_nothing_is_pinned():
     harness = SchedulerHarness.build(Pipeline(eviction=order), shape=shape)
     run(harness, "one-shot", [5 + i % 50 for i in range(160)], None)
     assert harness.scheduler.kv_cache_manager.block_pool.free_block_queue.order.stats().pins == 0
+
+
+def test_judged_pins_start_off_and_turn_on_where_sessions_loop_through_the_cache():
+    """The shipped default: no pin until the shadow LRU that pins out-hits the plain one. Ten
+    sessions taking turns through a cache too small for all of them is LRU's loop failure
+    (each turn's context is evicted just before it returns): pins turn on and are hit."""
+    shape = EngineShape(num_blocks=64, max_num_seqs=4, max_model_len=1024)
+    harness = SchedulerHarness.build(Pipeline(eviction=DuelingSLRU(session_pins=SessionPins())),
+                                     shape=shape)
+    order = harness.scheduler.kv_cache_manager.block_pool.free_block_queue.order
+    for turn in range(6):
+        for session in range(10):  # 8 blocks of context, one more each turn
+            prompt = [session + 1] * 16 + [5 + i % 50 for i in range(16 * (7 + turn))]
+            run(harness, f"s{session}-t{turn}", prompt, f"agent-{session}")
+            harness.clock.advance(1.0)
+        if turn == 0:
+            assert order.stats().pins == 0  # no evidence yet: LRU
+    stats, duel = order.stats(), order.duel_stats()
+    assert duel["lru_shadow_hits"] == 0 < duel["pinned_shadow_hits"]  # the loop, and pins
+    assert duel["pins_on"] == 1
+    assert stats.pins > 0 and stats.pin_hits > 0
+    order.check_invariants()
