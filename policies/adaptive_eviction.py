@@ -48,6 +48,18 @@ from policies.eviction import _PINNED, _WANTED, LRU, EvictionStats, Segment, Seg
 from policies.session_retention import SessionGaps, SessionPins
 
 
+def _push_farthest(heap: list, entry: tuple, pins: dict) -> None:
+    """Push ``entry`` (``(-until, -sequence, key)``) onto a farthest-return heap whose live
+    entries are those ``pins`` (key -> ``(until, sequence)``) still holds; once stale entries
+    (pins hit or expired since) make up more than half the heap it is rebuilt, so its size
+    stays within twice the pins held plus a constant, O(1) amortised per push."""
+    heapq.heappush(heap, entry)
+    if len(heap) > 2 * len(pins) + 64:
+        heap[:] = [(until, seq, key) for until, seq, key in heap
+                   if pins.get(key) == (-until, -seq)]
+        heapq.heapify(heap)
+
+
 @attrs.define(eq=False, kw_only=True)
 class _Shadow:
     """A key-only cache fed the real order's accesses; counts the ones it would have hit.
@@ -241,7 +253,7 @@ class _PinnedLRUShadow(_LRUShadow):
             self._seq += 1
             pinned[key] = (until, self._seq)
             heapq.heappush(self._expiry, (until, self._seq, key))
-            heapq.heappush(self._farthest, (-until, -self._seq, key))
+            _push_farthest(self._farthest, (-until, -self._seq, key), pinned)
 
     def expire(self, now: float) -> None:
         """Pins that ran out by ``now`` go to the newest end of the queue."""
@@ -440,7 +452,7 @@ class DuelingSLRU(SegmentedLRU):
             self._pin_seq += 1
             self._pinned_until[key] = (until, self._pin_seq)
             heapq.heappush(self._pin_heap, (until, self._pin_seq, key))
-            heapq.heappush(self._far_heap, (-until, -self._pin_seq, key))
+            _push_farthest(self._far_heap, (-until, -self._pin_seq, key), self._pinned_until)
             pinned += 1
         self._counts["pins"] += pinned
         return pinned

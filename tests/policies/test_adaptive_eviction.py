@@ -191,3 +191,26 @@ def test_the_pinning_shadow_evicts_pins_last_farthest_return_first():
     restricted = shadow.restricted(lambda key: key == "s")
     assert (restricted._pinned, restricted.hits) == ({"s": shadow._pinned["s"]}, 0)
     restricted.check_invariants()
+
+
+def test_farthest_return_heaps_stay_bounded_while_pins_are_renewed():
+    """Each pin pushes onto a farthest-return heap; renewed or hit pins leave stale entries,
+    which are dropped once they are the majority (no growth over a long-running engine)."""
+    shadow = _PinnedLRUShadow()
+    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=1.0, judged=False))
+    keys = [f"k{i}" for i in range(10)]
+    for key in keys:
+        shadow.release(key, None, 10)
+    for turn in range(1000):
+        shadow.pin(keys, until=float(turn), limit=10)
+        session = order.turn_started("a", keys, float(turn))
+        for key in reversed(keys):
+            if key in order:
+                order.acquire(key)
+            order.release(key)
+        order.turn_finished(session, keys, float(turn))
+    assert len(shadow._farthest) <= 2 * len(shadow._pinned) + 64
+    assert len(order._far_heap) <= 2 * len(order._pinned_until) + 64
+    shadow.check_invariants()
+    order.check_invariants()
+    assert [order.evict() for _ in range(10)] == keys[::-1]  # the deepest pin first
