@@ -87,7 +87,9 @@ assert order.segment_of("sys") is Segment.PROTECTED
 # accesses the order sees; while the LRU shadow has more (decayed) hits the real order gives
 # `PROTECTED` no room and evicts in release order, which is LRU. Session pins
 # (`SessionPins`) keep a finished turn's blocks for 1.5 times its session's predicted gap to
-# the next turn (learned online per `session_id`), at most half the cache; waiting-queue
+# the next turn (learned online per `session_id`), at most half the cache, and only while a
+# third shadow, an LRU that pins as the order would, out-hits the plain LRU shadow (so LRU is
+# the floor until pins prove themselves on the traffic at hand); waiting-queue
 # awareness (`keep_waiting`, on by default) keeps the blocks a waiting request will hit. This
 # is the order the preset builds:
 
@@ -133,8 +135,7 @@ for trace_name, (_, _, trace_sizes) in runs.items():
 # %% [markdown]
 # The points each order is above (or below) LRU: `SegmentedLRU` falls up to about 5 points
 # below LRU on the agent sessions once the cache holds most of their contexts; the dueling
-# order stays within a few hundredths of a point of LRU there (with pins, within about a
-# tenth) and matches `SegmentedLRU` on Mooncake. Pins buy most where the cache is smallest
+# order stays within about a tenth of a point of LRU there, pins or not and matches `SegmentedLRU` on Mooncake. Pins buy most where the cache is smallest
 # (125 blocks: a subset of the sessions stays cached instead of all of them taking turns to
 # miss); on Mooncake, with no `session_id`, pins change nothing. Neither closes the whole
 # gap to OPT, which knows which session returns next.
