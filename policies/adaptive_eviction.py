@@ -251,9 +251,13 @@ class _PinnedLRUShadow(_LRUShadow):
                     continue
                 del queue[key]
             self._seq += 1
-            pinned[key] = (until, self._seq)
-            heapq.heappush(self._expiry, (until, self._seq, key))
-            _push_farthest(self._farthest, (-until, -self._seq, key), pinned)
+            self._hold(key, until, self._seq)
+
+    def _hold(self, key: Hashable, until: float, seq: int) -> None:
+        """Record ``key``'s pin ``(until, seq)`` and push it onto both heaps."""
+        self._pinned[key] = (until, seq)
+        heapq.heappush(self._expiry, (until, seq, key))
+        _push_farthest(self._farthest, (-until, -seq, key), self._pinned)
 
     def expire(self, now: float) -> None:
         """Pins that ran out by ``now`` go to the newest end of the queue."""
@@ -272,9 +276,7 @@ class _PinnedLRUShadow(_LRUShadow):
             queue=OrderedDict((key, None) for key in self._queue if keep(key)))
         for key, (until, seq) in self._pinned.items():
             if keep(key):
-                shadow._pinned[key] = (until, seq)
-                heapq.heappush(shadow._expiry, (until, seq, key))
-                heapq.heappush(shadow._farthest, (-until, -seq, key))
+                shadow._hold(key, until, seq)
         shadow._seq = self._seq
         return shadow
 
