@@ -57,13 +57,16 @@ def spec_counters(server):
                                   slo_class="bronze")}
 
 
-def settled_counters(server, timeout_s=15.0):
+def settled_counters(server, timeout_s=60.0):
     """The counters once vLLM's (recorded asynchronously by the API process) have caught up
-    with the engine's: two equal consecutive readings."""
+    with the engine's: two equal consecutive readings in which vLLM's accepted tokens equal
+    ours (a loaded machine can give two equal stale readings); the last reading after
+    ``timeout_s``."""
     deadline, last = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
         counters = spec_counters(server)
-        if counters == last:
+        if counters == last and (counters["vllm:spec_decode_num_accepted_tokens_total"]
+                                 == counters["policies:spec_accepted_tokens_total"]):
             return counters
         last = counters
         time.sleep(0.5)
