@@ -19,13 +19,17 @@ queue's once judged session pins have seen a session), still O(1) amortised (a p
 O(log pins)); memory at most four times `SegmentedLRU`'s.
 
 Session pins (``session_pins``, `SessionHints`): when a turn of an agent session finishes,
-its blocks go to PINNED, evicted only when nothing but WANTED is left, until ``gap_slack``
-times the session's predicted gap (`SessionGaps`) has passed; then they go back to PROBATION or
-PROTECTED and age normally. PINNED holds at most ``max_pinned_fraction`` of the cache: a
-turn finishing while it is full is not pinned (older pins are not pushed out, so a subset of
-the sessions stays cached instead of all of them taking turns to miss, LRU's loop failure),
-and pinned blocks are evicted when nothing but WANTED is left (early release under
-pressure).
+its blocks are pinned until ``gap_slack`` times the session's predicted gap (`SessionGaps`)
+has passed. A pinned block keeps its place in the order; if it reaches the front of the
+segment evicted next while pinned, it is held in PINNED instead of evicted, and if its pin
+runs out there it goes back to the front of PROBATION, where LRU would have it. So a pin
+changes nothing until it saves a block, and a pin that ran out leaves the order as it would
+have been (pins that went back to the newest end cost up to 0.5 points against LRU on
+held-out agent traces). At most ``max_pinned_fraction`` of the cache is pinned: a turn
+finishing while that many blocks are pinned is not pinned (older pins are not pushed out, so
+a subset of the sessions stays cached instead of all of them taking turns to miss, LRU's
+loop failure), and blocks in PINNED are evicted, farthest predicted return first, when
+nothing but WANTED is left (early release under pressure).
 The SLRU and LRU shadows do not pin, and no shadow hears the waiting queue
 (`SegmentedLRU.keep_waiting`: blocks a waiting request will hit are kept after pins).
 Pins are judged (`SessionPins.judged`) by a third shadow, the LRU shadow's twin that pins
@@ -44,7 +48,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import attrs
 
-from policies.eviction import _PINNED, _WANTED, LRU, EvictionStats, Segment, SegmentedLRU
+from policies.eviction import _PINNED, _PROBATION, _PROTECTED, _WANTED, LRU, EvictionStats, Segment, SegmentedLRU
 from policies.session_retention import SessionGaps, SessionPins
 
 
@@ -196,11 +200,15 @@ class _LRUShadow(_Shadow):
 @attrs.define(eq=False, kw_only=True)
 class _PinnedLRUShadow(_LRUShadow):
     """An `_LRUShadow` that pins a finished turn's keys as `DuelingSLRU` does: a pinned key
-    leaves the queue until its pin runs out (then it goes to the newest end) or it is hit,
-    and is evicted, farthest predicted return first, only once the queue is empty."""
+    keeps its place in the queue; one that reaches the front while pinned is parked beside
+    it until its pin runs out (then it goes back to the front, the oldest, where LRU would
+    have it) or it is hit; parked keys are evicted, farthest predicted return first, only
+    once the queue is empty."""
 
     _pinned: dict = attrs.field(factory=dict)
     """Pinned key -> ``(until, sequence)`` of its latest pin."""
+    _parked: set = attrs.field(factory=set)
+    """Pinned keys that reached the front of the queue (held, not queued)."""
     _expiry: list = attrs.field(factory=list)
     """``(until, sequence, key)`` of each pin, lazily dropped once stale."""
     _farthest: list = attrs.field(factory=list)
@@ -213,30 +221,35 @@ class _PinnedLRUShadow(_LRUShadow):
         return cls(held=set(lru._held), queue=OrderedDict(lru._queue), score=lru.score)
 
     def access(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
-        """As `_LRUShadow.access`; a pinned key is a hit and loses its pin."""
+        """As `_LRUShadow.access`; a pinned key loses its pin."""
         if key in self._pinned:
             del self._pinned[key]
-            self._count(True, parent)
-        else:
-            _LRUShadow.access(self, key, parent, capacity)
+            self._parked.discard(key)
+        _LRUShadow.access(self, key, parent, capacity)
 
     def release(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
-        """As `_LRUShadow.release`; a pinned key is accessed first (losing its pin)."""
-        if key in self._pinned:
+        """As `_LRUShadow.release`; a parked key is accessed first (losing its pin)."""
+        if key in self._parked:
             self.access(key, parent, capacity)
         _LRUShadow.release(self, key, parent, capacity)
 
     def trim(self, capacity: float) -> None:
-        """Evict until at most ``capacity`` keys are cached: queued keys first, then pinned
-        ones, the farthest return first."""
+        """Evict until at most ``capacity`` keys are cached: queued keys first (a pinned one
+        at the front is parked instead), then parked ones, the farthest return first."""
         held, queue, pinned, farthest = self._held, self._queue, self._pinned, self._farthest
+        parked = self._parked
         while len(held) > capacity:
             if queue:
-                held.remove(queue.popitem(last=False)[0])
-            elif pinned:
+                key = queue.popitem(last=False)[0]
+                if key in pinned:
+                    parked.add(key)
+                else:
+                    held.remove(key)
+            elif parked:
                 until, seq, key = heapq.heappop(farthest)
-                if pinned.get(key) == (-until, -seq):
+                if pinned.get(key) == (-until, -seq) and key in parked:
                     del pinned[key]
+                    parked.remove(key)
                     held.remove(key)
             else:
                 break
@@ -246,10 +259,8 @@ class _PinnedLRUShadow(_LRUShadow):
         fewer than ``limit`` keys are pinned."""
         pinned, queue = self._pinned, self._queue
         for key in keys:
-            if key not in pinned:
-                if key not in queue or len(pinned) >= limit:
-                    continue
-                del queue[key]
+            if key not in pinned and (key not in queue or len(pinned) >= limit):
+                continue
             self._seq += 1
             self._hold(key, until, self._seq)
 
@@ -260,13 +271,16 @@ class _PinnedLRUShadow(_LRUShadow):
         _push_farthest(self._farthest, (-until, -seq, key), self._pinned)
 
     def expire(self, now: float) -> None:
-        """Pins that ran out by ``now`` go to the newest end of the queue."""
-        expiry, pinned = self._expiry, self._pinned
+        """Pins that ran out by ``now`` end; parked keys go back to the front of the queue."""
+        expiry, pinned, parked, queue = self._expiry, self._pinned, self._parked, self._queue
         while expiry and expiry[0][0] <= now:
             until, seq, key = heapq.heappop(expiry)
             if pinned.get(key) == (until, seq):
                 del pinned[key]
-                self._queue[key] = None
+                if key in parked:
+                    parked.remove(key)
+                    queue[key] = None
+                    queue.move_to_end(key, last=False)
 
     def restricted(self, keep: Callable[[Hashable], bool]) -> _PinnedLRUShadow:
         """A new shadow holding the kept keys of this one, in the same order, pins kept
@@ -277,13 +291,16 @@ class _PinnedLRUShadow(_LRUShadow):
         for key, (until, seq) in self._pinned.items():
             if keep(key):
                 shadow._hold(key, until, seq)
+        shadow._parked = {key for key in self._parked if keep(key)}
         shadow._seq = self._seq
         return shadow
 
     def check_invariants(self) -> None:
-        """Assert `_LRUShadow`'s invariants and that pinned keys are cached, not queued."""
+        """Assert `_LRUShadow`'s invariants, that pinned keys are cached, and that parked
+        keys are pinned and not queued."""
         super().check_invariants()
-        assert all(key in self._held and key not in self._queue for key in self._pinned)
+        assert all(key in self._held for key in self._pinned)
+        assert all(key in self._pinned and key not in self._queue for key in self._parked)
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -357,9 +374,10 @@ class DuelingSLRU(SegmentedLRU):
     def acquire(self, key: Hashable) -> None:
         """As `SegmentedLRU.acquire`; both shadows see an access of ``key``; a hit on a pinned
         key (also one in WANTED since) counts in ``pin_hits``."""
-        segment = self.segment_of(key)  # a pinned block a waiting request wanted since
-        if key in self._pinned_until and segment is not None and segment >= _PINNED:
-            self._counts["pin_hits"] += 1
+        if key in self._pinned_until:  # its pin ends; a hit the pin bought if it was parked
+            segment = self.segment_of(key)  # (or one a waiting request wanted since)
+            if segment is not None and segment >= _PINNED:
+                self._counts["pin_hits"] += 1
             del self._pinned_until[key]
         SegmentedLRU.acquire(self, key)
         if not hash(key) % self._sample:
@@ -394,6 +412,8 @@ class DuelingSLRU(SegmentedLRU):
                         lambda key: not hash(key) % sample)
         elif len(self._entries) > self._capacity:
             self._capacity = float(len(self._entries))
+        if self._pinned_until:
+            self._park_pinned()
         pinned = self._segments[_PINNED]
         if pinned and len(pinned) + len(self._segments[_WANTED]) == len(self):
             # only pins (and blocks waiting requests want) left: the farthest return goes
@@ -401,6 +421,20 @@ class DuelingSLRU(SegmentedLRU):
         key = SegmentedLRU.evict(self)
         self._pinned_until.pop(key, None)
         return key
+
+    def _park_pinned(self) -> None:
+        """Move the pinned keys at the front of the segments evicted next (PROBATION, then
+        PROTECTED) to PINNED, until the next victim is not a pinned key: O(1) amortised,
+        each pin is parked at most once."""
+        pinned_until, entries = self._pinned_until, self._entries
+        for segment in self._segments[:_PINNED]:
+            while segment:
+                key = next(iter(segment))
+                if key not in pinned_until or entries[key].segment not in (_PROBATION,
+                                                                           _PROTECTED):
+                    return
+                del segment[key]
+                self._put(key, entries[key], _PINNED)
 
     def discard(self, key: Hashable) -> None:
         """As `SegmentedLRU.discard`; a pin of ``key`` goes too."""
@@ -437,7 +471,7 @@ class DuelingSLRU(SegmentedLRU):
         until = self._gaps.finished(session, keys[-1] if keys else None, now)
         if self.session_pins.judged:
             self._pin_shadow(keys, until, now)
-        pinned_keys = self._segments[Segment.PINNED]
+        pinned_until = self._pinned_until
         limit = int(self.session_pins.max_pinned_fraction * min(self._capacity, self.tracked)
                     ) if self._pins_wanted() else 0
         pinned = 0
@@ -445,12 +479,9 @@ class DuelingSLRU(SegmentedLRU):
             segment = self.segment_of(key)
             if segment not in (Segment.PROBATION, Segment.PROTECTED, Segment.PINNED):
                 continue
-            if segment is not Segment.PINNED and len(pinned_keys) >= limit:
+            if key not in pinned_until and len(pinned_until) >= limit:
                 self._counts["pins_refused"] += 1
                 continue
-            entry = self._entries[key]
-            del self._segments[segment][key]
-            self._put(key, entry, Segment.PINNED)
             self._pin_seq += 1
             self._pinned_until[key] = (until, self._pin_seq)
             heapq.heappush(self._pin_heap, (until, self._pin_seq, key))
@@ -471,6 +502,11 @@ class DuelingSLRU(SegmentedLRU):
                     * min(self._capacity / sample, len(shadow._held)))
         shadow.pin([key for key in keys if not hash(key) % sample], until, limit)
 
+    def pinned(self, key: Hashable) -> bool:
+        """Whether ``key`` holds a pin: in its place in the order, or held in PINNED past the
+        front of its segment."""
+        return key in self._pinned_until
+
     def _pins_wanted(self) -> bool:
         """Whether a finished turn is pinned now: always unless pins are judged, then only
         while the pinned shadow leads (`_pins_on`)."""
@@ -481,11 +517,13 @@ class DuelingSLRU(SegmentedLRU):
         while heap and heap[0][0] <= now:
             until, seq, key = heapq.heappop(heap)
             if self._pinned_until.get(key) == (until, seq):
-                if self.segment_of(key) is Segment.PINNED:
+                segment = self.segment_of(key)
+                if segment is Segment.PINNED:
                     self._unpin(key)
-                    self._counts["pins_expired"] += 1
-                else:  # orphaned, or wanted by a waiting request, while pinned
+                else:  # still in its place, orphaned, or wanted by a waiting request
                     del self._pinned_until[key]
+                if segment in (Segment.PROBATION, Segment.PROTECTED, Segment.PINNED):
+                    self._counts["pins_expired"] += 1
 
     def _farthest_pin(self) -> Hashable:
         """The pinned key of the latest predicted return (the deepest of its chain), or a
@@ -507,9 +545,10 @@ class DuelingSLRU(SegmentedLRU):
         return key
 
     def _unpin(self, key: Hashable) -> None:
-        """``key``'s pin is over: it ages normally from now on."""
+        """``key``'s pin is over while parked: it goes to the front of PROBATION (its pin
+        kept it past there), and ages normally from there."""
         del self._segments[Segment.PINNED][key], self._pinned_until[key]
-        self._replace(key, self._entries[key])
+        self._put(key, self._entries[key], _PROBATION, front=True)
 
     def _observe(self, key: Hashable, parent: Hashable | None, *, release: bool) -> None:
         """A sampled ``key`` was accessed: judge pins, feed both shadows, follow the leader."""

@@ -28,8 +28,8 @@ Every order evicts in segment order, front to back within a segment::
     ORPHAN     blocks whose parent was evicted (SegmentedLRU only)
     PROBATION  blocks not reused yet, least recently released first
     PROTECTED  reused blocks, least recently released first (SegmentedLRU only)
-    PINNED     blocks kept for a session's next turn, oldest pin first (DuelingSLRU
-               with session pins only)
+    PINNED     pinned blocks held past the front of their segment for a session's next
+               turn (DuelingSLRU with session pins only)
     WANTED     blocks a waiting request will hit, least recently wanted first
                (SegmentedLRU with ``keep_waiting``, told by `WaitingHints`)
 """
@@ -171,11 +171,13 @@ class EvictionStats:
     demoted_stale: int = 0
     """Blocks demoted because their prompt went stale (`SegmentedLRU.prompt_versions`)."""
     pinned_blocks: int = 0
-    """Blocks in PINNED (kept for a session's next turn)."""
+    """Blocks in PINNED: pinned blocks the order would have evicted, held for a session's
+    next turn (pinned blocks still in their place are in PROBATION or PROTECTED)."""
     pins: int = 0
     """Blocks pinned at the end of a session's turn (`DuelingSLRU.session_pins`)."""
     pin_hits: int = 0
-    """Prefix hits on pinned blocks: hits the pins bought."""
+    """Prefix hits on blocks held in PINNED: hits the pins bought (a hit on a pinned block
+    still in its place would have hit without its pin)."""
     pins_expired: int = 0
     """Pins that ran out (the session's predicted gap passed) before a hit."""
     pins_refused: int = 0

@@ -142,12 +142,12 @@ PINNED = {
     ("cache-preset", 0): "aa1bcbcf68d957b1",
     ("cache-preset", 1): "2f3d60794daae88c",
     ("cache-preset", 2): "5477d465a9c66f1c",
-    ("cache-preset-no-margin", 0): "a0323b540ea6bf24",
-    ("cache-preset-no-margin", 1): "082552d8a32bb475",
-    ("cache-preset-no-margin", 2): "59621b502adf2a0a",
-    ("cache-preset-sampled", 0): "d117a9bbb93cff6a",
-    ("cache-preset-sampled", 1): "b047f4f64531bd30",
-    ("cache-preset-sampled", 2): "95dee1381ea8cdfd",
+    ("cache-preset-no-margin", 0): "4bf722328d511312",
+    ("cache-preset-no-margin", 1): "ab2069f3b7738724",
+    ("cache-preset-no-margin", 2): "90ca6698ae4244c6",
+    ("cache-preset-sampled", 0): "4a3372679059e12a",
+    ("cache-preset-sampled", 1): "892ec3dab0a5ef2a",
+    ("cache-preset-sampled", 2): "dfe320b24dc91442",
     ("dueling", 0): "79db13e2215e4c4a",
     ("dueling", 1): "a094fee7478c24bc",
     ("dueling", 2): "03d25ed424c7f3f1",
@@ -175,7 +175,8 @@ changed the duel's decisions by design (``cache-preset-no-margin`` keeps the old
 ``cache-preset-sampled`` ones again once judged pins (`SessionPins.judged`) were made only
 while a shadow LRU that pins out-hits the plain one (``cache-preset`` makes no pin on this
 random traffic, ``cache-preset-sampled`` pins and stops; ``cache-preset-no-margin`` runs
-unjudged)."""
+unjudged). Those two again once pinned blocks kept their place in the order (parked in
+PINNED only on reaching the front, and back at the front when their pin runs out)."""
 
 
 @pytest.mark.parametrize("name", sorted(ORDERS))

@@ -76,7 +76,7 @@ def test_a_finished_turn_is_pinned_and_evicted_after_everything_else():
     order = pinned_order(max_pinned_fraction=1.0)
     release_chain(order, ["x1", "x2"])  # no session: ages normally
     assert finish_turn(order, "a", ["a1", "a2"], now=0.0) == 2
-    assert order.segment_of("a1") is Segment.PINNED
+    assert order.pinned("a1") and order.segment_of("a1") is Segment.PROBATION  # in its place
     assert [order.evict() for _ in range(4)] == ["x2", "x1", "a2", "a1"]
     stats = order.stats()
     assert (stats.pins, dict(stats.evictions_by_segment)["pinned"]) == (2, 2)
@@ -90,7 +90,7 @@ def test_blocks_a_waiting_request_wants_go_after_pins_and_return_once_it_starts(
     finish_turn(order, "a", ["a1", "a2"], now=0.0)
     order.expect(["a1", "w1", "new"])  # a waiting prompt: a pinned block, an aged one, a miss
     assert order.segment_of("a1") is order.segment_of("w1") is Segment.WANTED
-    assert order.segment_of("a2") is Segment.PINNED
+    assert order.pinned("a2") and order.segment_of("a2") is Segment.PROBATION
     order.check_invariants()
     assert [order.evict() for _ in range(3)] == ["x2", "x1", "a2"]  # pins before WANTED
     order.unexpect(["a1", "w1", "new"])  # it started without hitting them: they age again
@@ -115,20 +115,43 @@ def test_a_pin_expires_after_slack_times_the_predicted_gap():
     order = pinned_order(max_pinned_fraction=1.0, default_gap_s=10.0, gap_slack=1.5)
     finish_turn(order, "a", ["a1"], now=0.0)
     order.turn_started("b", ["b1"], now=14.9)
-    assert order.segment_of("a1") is Segment.PINNED
+    assert order.pinned("a1")
     order.turn_started("b", ["b1"], now=15.0)
-    assert order.segment_of("a1") is Segment.PROBATION  # ages normally from now on
+    assert not order.pinned("a1") and order.segment_of("a1") is Segment.PROBATION
     assert order.stats().pins_expired == 1
 
 
-def test_a_hit_on_a_pinned_block_is_counted():
+def test_an_expired_pin_held_past_its_place_goes_first():
+    """A pinned block the order would have evicted (parked in PINNED) ages from where LRU
+    would have it once its pin runs out: the front, before blocks released after it."""
+    order = pinned_order(max_pinned_fraction=1.0, default_gap_s=10.0, gap_slack=1.5)
+    finish_turn(order, "a", ["a1", "a2"], now=0.0)
+    release_chain(order, ["x1", "x2"])
+    assert order.evict() == "x2"  # a2, a1 were first in line: held in PINNED instead
+    assert order.segment_of("a1") is order.segment_of("a2") is Segment.PINNED
+    release_chain(order, ["y1"])
+    order.turn_started("b", ["b1"], now=15.0)
+    assert order.segment_of("a1") is Segment.PROBATION and not order.pinned("a2")
+    assert [order.evict() for _ in range(4)] == ["a2", "a1", "x1", "y1"]
+    assert order.stats().pins_expired == 2
+    order.check_invariants()
+
+
+def test_a_hit_on_a_pinned_block_is_counted_if_the_pin_bought_it():
+    """A hit on a pinned block the order would have evicted counts in ``pin_hits``; one on
+    a pinned block still in its place would have hit without the pin: it does not."""
     order = pinned_order(max_pinned_fraction=1.0)
     finish_turn(order, "a", ["a1", "a2"], now=0.0)
+    release_chain(order, ["x1"])
+    finish_turn(order, "b", ["b1"], now=0.0)
+    assert order.evict() == "x1"  # a2, a1 held past the front; b1 is behind x1
     order.turn_started("a", ["a1", "a2", "a3"], now=3.0)
     order.acquire("a1")
     order.acquire("a2")
+    order.acquire("b1")
     stats = order.stats()
     assert (stats.pin_hits, stats.pinned_blocks) == (2, 0)
+    assert not any(map(order.pinned, ["a1", "a2", "b1"]))
     order.check_invariants()
 
 
@@ -137,9 +160,8 @@ def test_the_pinned_share_is_bounded_and_older_pins_stay():
     release_chain(order, [f"x{i}" for i in range(6)])
     finish_turn(order, "a", ["a1", "a2"], now=0.0)
     finish_turn(order, "b", [f"b{i}" for i in range(1, 6)], now=1.0)  # 13 tracked: 6 pins
-    assert order.stats().pinned_blocks == 6
-    assert order.segment_of("a1") is order.segment_of("b4") is Segment.PINNED  # b's prefix
-    assert order.segment_of("b5") is Segment.PROBATION
+    assert sum(map(order.pinned, order)) == 6
+    assert order.pinned("a1") and order.pinned("b4") and not order.pinned("b5")  # b's prefix
     assert order.stats().pins_refused == 1
     order.check_invariants()
 

@@ -61,7 +61,10 @@ def test_session_pins_are_counted_by_event():
     for key in ["a4", "a3", "a2", "a1"]:
         order.release(key)
     order.turn_finished(session, ["a1", "a2", "a3", "a4"], now=0.0)  # 10 tracked: 3 pinnable
-    order.acquire("a1")  # the next turn hits a pinned block
+    order.release("n1")
+    # 0-5 and a4 go; a3, a2, a1 would go next: the pins hold them (in PINNED), n1 goes
+    assert [order.evict() for _ in range(8)] == [0, 1, 2, 3, 4, 5, "a4", "n1"]
+    order.acquire("a1")  # the next turn hits a block its pin kept
     order.turn_started("agent-2", ["b1"], now=100.0)  # the others' pins expired
     refresh(metrics, order)
 

@@ -16,18 +16,22 @@ def run(harness, request_id, prompt, session_id):
 
 
 def test_a_sessions_turn_is_pinned_and_its_next_turn_hits_the_pins():
+    """A turn's blocks are pinned in their place; when a one-shot request needs the room, LRU
+    would evict them (the oldest): the pins hold them instead, and the next turn hits them."""
     shape = EngineShape(num_blocks=64, max_num_seqs=4, max_model_len=1024)
     order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=1.0, judged=False))
     harness = SchedulerHarness.build(Pipeline(eviction=order), shape=shape)
     prompt = [5 + i % 50 for i in range(160)]  # 10 full blocks
     run(harness, "turn-1", prompt, "agent-1")
     queue = harness.scheduler.kv_cache_manager.block_pool.free_block_queue
+    turn_blocks = [k for k in queue.order if queue.order.segment_of(k) is not Segment.UNCACHED]
+    assert queue.order.stats().pins == 10 and all(map(queue.order.pinned, turn_blocks))
+    run(harness, "filler", [100 + i % 50 for i in range(320)], None)  # 20 blocks, aged after
+    run(harness, "pressure", [200 + i % 50 for i in range(640)], None)  # needs cached blocks
     stats = queue.order.stats()
-    assert stats.pins == stats.pinned_blocks == 10
-    assert all(queue.order.segment_of(k) is Segment.PINNED for k in queue.order
-               if queue.order.segment_of(k) is not Segment.UNCACHED)
+    assert stats.pinned_blocks == 10 and dict(stats.evictions_by_segment)["probation"] > 0
     run(harness, "turn-2", prompt + [7] * 40, "agent-1")  # the next turn extends the context
-    assert queue.order.stats().pin_hits == 10  # all pinned blocks: the new tokens come after
+    assert queue.order.stats().pin_hits == 10  # all held by their pins: the new tokens after
 
 
 def test_without_a_session_id_nothing_is_pinned():
