@@ -7,6 +7,7 @@ as an argument. These are the weights of the built-in workloads' tenants.
 from __future__ import annotations
 
 import os
+import re
 
 from benchmarks.replay.agent_sessions import PROFILES, agent_trace
 from benchmarks.replay.datasets import BUILTIN_TRACES, _read_trace
@@ -27,14 +28,16 @@ AGENT_WORKLOADS = {f"agent-{name}": name for name in PROFILES}
 """Generated agent-session workloads (`benchmarks.replay.agent_sessions`), seed 0, 3,000 calls
 unless ``max_requests`` says otherwise."""
 WORKLOADS = (*BUILTIN_TRACES, "enterprise", "reasoning", *AGENT_WORKLOADS)
-"""Names `load_workload` accepts besides file paths."""
+"""Names `load_workload` accepts besides file paths (and ``agent-<profile>-seed<N>``)."""
+_AGENT_SEEDED = re.compile(r"(?P<name>agent-[a-z-]+)-seed(?P<seed>[0-9]+)")
+"""A generated agent-session workload with another seed, e.g. ``agent-swe-seed4``."""
 
 
 def load_workload(name_or_path: str | os.PathLike[str], *, format: str = "auto",
                   max_requests: int | None = None) -> Trace:
     """The one way to load a trace: a built-in trace (`BUILTIN_TRACES`), the synthetic
     ``enterprise`` workload, a generated agent-session workload (``agent-swe``,
-    ``agent-bfcl``), the ServeGen ``reasoning`` workload (`reasoning_trace`, seed 0, 3,000
+    ``agent-bfcl``; ``agent-swe-seed4`` for another seed than 0), the ServeGen ``reasoning`` workload (`reasoning_trace`, seed 0, 3,000
     requests unless ``max_requests`` says otherwise), or a trace file in any supported format.
 
     Args:
@@ -49,6 +52,10 @@ def load_workload(name_or_path: str | os.PathLike[str], *, format: str = "auto",
     """
     if name_or_path in AGENT_WORKLOADS:
         return agent_trace(AGENT_WORKLOADS[name_or_path], num_requests=max_requests or 3000)
+    if (seeded := _AGENT_SEEDED.fullmatch(str(name_or_path))) and (
+            seeded["name"] in AGENT_WORKLOADS):
+        return agent_trace(AGENT_WORKLOADS[seeded["name"]], num_requests=max_requests or 3000,
+                           seed=int(seeded["seed"]))
     if name_or_path == "reasoning":
         return reasoning_trace(max_requests or 3000)
     if name_or_path == "enterprise":

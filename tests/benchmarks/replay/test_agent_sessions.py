@@ -100,3 +100,13 @@ def test_mooncake_jsonl_keeps_an_optional_session_id(tmp_path):
     bad.write_text(json.dumps({**rows[0], "session_id": ""}) + "\n")
     with pytest.raises(ValueError, match="bad.jsonl:1: session_id must be a non-empty string"):
         load_mooncake_jsonl(bad)
+
+
+def test_a_generated_workload_with_another_seed_is_named_by_its_seed():
+    """``agent-<profile>-seed<N>`` loads the same generator with seed N (held-out draws)."""
+    other = load_workload("agent-swe-long-seed4", max_requests=50)
+    assert other.name == "agent-swe-long-seed4"
+    assert other.requests == agent_trace("swe-long", num_requests=50, seed=4).requests
+    assert other.requests != load_workload("agent-swe-long", max_requests=50).requests
+    with pytest.raises(ValueError, match="agent-nope-seed1"):
+        load_workload("agent-nope-seed1")
