@@ -87,7 +87,8 @@ assert order.segment_of("sys") is Segment.PROTECTED
 # accesses the order sees; while the LRU shadow has more (decayed) hits the real order gives
 # `PROTECTED` no room and evicts in release order, which is LRU. Session pins
 # (`SessionPins`) keep a finished turn's blocks for 1.5 times its session's predicted gap to
-# the next turn (learned online per `session_id`), at most half the cache, and only while a
+# the next turn (learned online per `session_id`; a pinned block keeps its place and is held
+# only once LRU would evict it), at most half the cache, and only while a
 # third shadow, an LRU that pins as the order would, out-hits the plain LRU shadow (so LRU is
 # the floor until pins prove themselves on the traffic at hand); waiting-queue
 # awareness (`keep_waiting`, on by default) keeps the blocks a waiting request will hit. This
