@@ -48,7 +48,16 @@ from collections.abc import Callable, Hashable, Sequence
 
 import attrs
 
-from policies.eviction import _PINNED, _PROBATION, _PROTECTED, _WANTED, LRU, EvictionStats, Segment, SegmentedLRU
+from policies.eviction import (
+    _PINNED,
+    _PROBATION,
+    _PROTECTED,
+    _WANTED,
+    LRU,
+    EvictionStats,
+    Segment,
+    SegmentedLRU,
+)
 from policies.session_retention import SessionGaps, SessionPins
 
 
