@@ -381,8 +381,9 @@ class DuelingSLRU(SegmentedLRU):
         return "lru" if self._lru_mode else "slru"
 
     def acquire(self, key: Hashable) -> None:
-        """As `SegmentedLRU.acquire`; both shadows see an access of ``key``; a hit on a pinned
-        key (also one in WANTED since) counts in ``pin_hits``."""
+        """As `SegmentedLRU.acquire`; both shadows see an access of ``key``; a pinned key
+        loses its pin, and a hit on one held in PINNED (or in WANTED since) counts in
+        ``pin_hits``."""
         if key in self._pinned_until:  # its pin ends; a hit the pin bought if it was parked
             segment = self.segment_of(key)  # (or one a waiting request wanted since)
             if segment is not None and segment >= _PINNED:
@@ -492,9 +493,9 @@ class DuelingSLRU(SegmentedLRU):
                 self._counts["pins_refused"] += 1
                 continue
             self._pin_seq += 1
-            self._pinned_until[key] = (until, self._pin_seq)
+            pinned_until[key] = (until, self._pin_seq)
             heapq.heappush(self._pin_heap, (until, self._pin_seq, key))
-            _push_farthest(self._far_heap, (-until, -self._pin_seq, key), self._pinned_until)
+            _push_farthest(self._far_heap, (-until, -self._pin_seq, key), pinned_until)
             pinned += 1
         self._counts["pins"] += pinned
         return pinned

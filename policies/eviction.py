@@ -181,9 +181,9 @@ class EvictionStats:
     pins_expired: int = 0
     """Pins that ran out (the session's predicted gap passed) before a hit."""
     pins_refused: int = 0
-    """Blocks of a finished turn not pinned because PINNED held its share of the cache
-    (pins released early under pressure are the evictions from PINNED in
-    ``evictions_by_segment``)."""
+    """Blocks of a finished turn not pinned because pinned blocks held their share of the
+    cache, or judged pins were off (pins released early under pressure are the evictions
+    from PINNED in ``evictions_by_segment``)."""
     pin_pauses: int = 0
     """Times pins stopped because the shadow LRU out-hit its pinning twin
     (`SessionPins.judged`)."""

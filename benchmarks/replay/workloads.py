@@ -37,8 +37,9 @@ def load_workload(name_or_path: str | os.PathLike[str], *, format: str = "auto",
                   max_requests: int | None = None) -> Trace:
     """The one way to load a trace: a built-in trace (`BUILTIN_TRACES`), the synthetic
     ``enterprise`` workload, a generated agent-session workload (``agent-swe``,
-    ``agent-bfcl``; ``agent-swe-seed4`` for another seed than 0), the ServeGen ``reasoning`` workload (`reasoning_trace`, seed 0, 3,000
-    requests unless ``max_requests`` says otherwise), or a trace file in any supported format.
+    ``agent-bfcl``; ``agent-swe-seed4`` for another seed than 0), the ServeGen ``reasoning``
+    workload (`reasoning_trace`, seed 0, 3,000 requests unless ``max_requests`` says
+    otherwise), or a trace file in any supported format.
 
     Args:
         name_or_path: one of `WORKLOADS` or a file path.

@@ -28,11 +28,10 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   ``stale``: an old prompt version); with session pins (`DuelingSLRU`) also
   ``policies:kv_session_pins_total{event}`` (``pinned``: blocks pinned for a session's next
   turn; ``hit``: prefix hits on blocks pins held past their place, the hits pins bought;
-  ``expired``: pins whose
-  predicted gap passed; ``refused``: blocks not pinned, the pinned share being full or
-  pins off; ``paused``: times judged pins stopped, the shadow LRU having out-hit its
-  pinning twin) and
-  the ``pinned`` segment of the two metrics above (pinned blocks held past their place); with waiting-queue awareness
+  ``expired``: pins whose predicted gap passed; ``refused``: blocks not pinned, the pinned
+  share being full or pins off; ``paused``: times judged pins stopped, the shadow LRU
+  having out-hit its pinning twin) and the ``pinned`` segment of the two metrics above
+  (pinned blocks held past their place); with waiting-queue awareness
   (`SegmentedLRU.keep_waiting`) the ``wanted`` segment (blocks a waiting request will hit)
   and ``policies:kv_wanted_hits_total{queue="waiting"}`` (prefix hits on them)
 
