@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import ClassVar
 
@@ -41,6 +41,7 @@ import attrs
 from policies.admission import AdmissionDecision
 from policies.output_lengths import OutputLengths
 from policies.percentile import percentile
+from policies.slo_path import PathDelays, PathDelaysStats
 from policies.step_model import OnlineStepTimeModel, StepTimeModel
 from policies.validators import at_least, finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
@@ -342,11 +343,31 @@ def _targets(_instance: object, attribute: attrs.Attribute, value: Mapping) -> N
                              f"{cls!r}: {target!r}")
 
 
+@attrs.frozen(kw_only=True)
+class ClassGrants:
+    """The classes each tenant may be judged in: named tenants' grants, and everyone
+    else's (anonymous requests included)."""
+
+    by_tenant: Mapping[str, frozenset[str]] = attrs.field(
+        factory=dict, converter=lambda grants: {t: frozenset(c) for t, c in grants.items()})
+    others: frozenset[str] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(frozenset))
+    """The classes of every tenant not in ``by_tenant``; None: every class."""
+
+    def allows(self, tenant: str, slo_class: str) -> bool:
+        """Whether ``tenant``'s requests may be judged in ``slo_class``."""
+        granted = self.by_tenant.get(tenant, self.others)
+        return granted is None or slo_class in granted
+
+
 def resolve_class(request: RequestView, slos: Mapping[str, SLOTarget],
                   tenant_classes: Mapping[str, str],
-                  length_classes: tuple[tuple[int, str], ...]) -> str | None:
+                  length_classes: tuple[tuple[int, str], ...],
+                  grants: ClassGrants | None = None) -> str | None:
     """The class ``request`` is judged by: its own ``slo_class`` if it has a target, else its
-    tenant's class, else the first length class whose bound its prompt is within."""
+    tenant's class, else the first length class whose bound its prompt is within. A length
+    class the tenant is not granted (``grants``) gives way to the tightest granted class
+    whose TTFT target is no tighter; None if there is none."""
     if request.slo_class is not None and request.slo_class in slos:
         return request.slo_class
     by_tenant = tenant_classes.get(request.tenant)
@@ -354,7 +375,12 @@ def resolve_class(request: RequestView, slos: Mapping[str, SLOTarget],
         return by_tenant
     for bound, cls in length_classes:
         if request.prompt_tokens <= bound:
-            return cls
+            if grants is None or grants.allows(request.tenant, cls):
+                return cls
+            looser = [(target.ttft_s, name) for name, target in slos.items()
+                      if target.ttft_s >= slos[cls].ttft_s
+                      and grants.allows(request.tenant, name)]
+            return min(looser)[1] if looser else None
     return None
 
 
@@ -387,6 +413,8 @@ class TTFTDeadlineRanker:
                                                               validator=_classes_known)
     """``(max prompt tokens, class)`` for requests with no class otherwise (as in
     `SLOAdmission`)."""
+    grants: ClassGrants | None = None
+    """The classes each tenant may be judged in by length (as in `SLOAdmission`)."""
 
     def ttft_s(self, slo_class: str | None) -> float:
         """The first-token target of ``slo_class``."""
@@ -395,7 +423,7 @@ class TTFTDeadlineRanker:
 
     def rank_key(self, request: RequestView) -> float:
         return request.arrival_s + self.ttft_s(resolve_class(
-            request, self.slos, self.tenant_classes, self.length_classes))
+            request, self.slos, self.tenant_classes, self.length_classes, self.grants))
 
     def effective_priority(self, request: RequestView, now: float) -> float:
         return self.rank_key(request) - now
@@ -423,6 +451,9 @@ class SLODecision:
     """Predicted time per output token."""
     reason: str = ""
     """``slo_ttft`` or ``slo_tpot`` for a rejection."""
+    egress_s: float = 0.0
+    """The egress delay the deadline was planned with (`PathDelays`): the predicted TTFT
+    the client sees is ``ttft_s + egress_s``."""
     retry_after_s: float | None = None
 
 
@@ -443,7 +474,10 @@ class SLOAdmissionStats:
     first tokens have come against their predictions (`SLOAdmission.feedback_window`)."""
     ttft_error_p90: float | None
     """90th percentile of ``(measured - predicted TTFT) / TTFT target`` over the recent
-    admitted requests (None before any)."""
+    admitted requests (None before any); measured where the client's first token leaves
+    the server once `PathDelays` hears of it, else where the engine produces it."""
+    path: PathDelaysStats | None = None
+    """The learned path around the engine step (None without ``path``)."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -525,6 +559,15 @@ class SLOAdmission:
     pessimistic model over-rejecting) raise it, past 1 when they come that much earlier."""
     min_headroom: float = attrs.field(default=0.25, validator=finite_positive)
     max_headroom: float = attrs.field(default=1.0, validator=finite_positive)
+    grants: ClassGrants | None = None
+    """The classes each tenant may be judged in by length (`resolve_class`)."""
+    path: PathDelays | None = attrs.field(
+        default=None, validator=attrs.validators.optional(
+            attrs.validators.instance_of(PathDelays)))
+    """The path outside the engine step, learned online: deadlines are planned end to end
+    (a first token is due ``egress_s`` before the client's deadline), a request that the
+    path alone makes late is rejected even on an idle engine, and the feedback measures
+    lateness where the first token leaves the server (`on_client_first_token`)."""
 
     _deadlines: dict[str, tuple[float, float]] = attrs.field(init=False, factory=dict,
                                                               repr=False)
@@ -539,8 +582,18 @@ class SLOAdmission:
     _predicted: dict[str, tuple[float, float, float]] = attrs.field(init=False, factory=dict,
                                                                     repr=False)
     """Admitted request id -> (arrival, predicted TTFT, TTFT target), until its first token."""
-    _pending_prediction: dict[str, tuple[float, float]] = attrs.field(init=False, factory=dict,
-                                                                      repr=False)
+    _pending_prediction: dict[str, tuple[float, float, float]] = attrs.field(
+        init=False, factory=dict, repr=False)
+    """Request id -> (predicted TTFT, TTFT target, planned egress), from decision to
+    admission."""
+    _awaiting_client: OrderedDict[str, tuple[float, float, float]] = attrs.field(
+        init=False, factory=OrderedDict, repr=False)
+    """Request id -> (arrival, predicted TTFT at the client, TTFT target), from the
+    engine's first token to the client report (bounded like `PathDelays.max_awaiting`)."""
+    _asked_class: dict[str, str] = attrs.field(init=False, factory=dict, repr=False)
+    """Demoted request id -> the class it asked for."""
+    _now: float = attrs.field(init=False, default=0.0, repr=False)
+    """The latest time it was told of (for `stats`)."""
     _errors: deque[float] = attrs.field(init=False, factory=deque, repr=False)
     _headroom_now: float = attrs.field(init=False, default=0.0, repr=False)
     _step_bound: tuple[LoadSnapshot, float, StepTimeModel] | None = attrs.field(
@@ -585,11 +638,23 @@ class SLOAdmission:
             self.slos) else 0.0
         if self.feedback_window:
             self._errors = deque(maxlen=self.feedback_window)
+        if self.feedback_window or self.path is not None:
             self.ledger.listen(self._first_token)
 
     def target_class(self, request: RequestView) -> str | None:
         """The class ``request`` is judged by (`resolve_class`)."""
-        return resolve_class(request, self.slos, self.tenant_classes, self.length_classes)
+        return resolve_class(request, self.slos, self.tenant_classes, self.length_classes,
+                             self.grants)
+
+    def judged_class(self, request_id: str) -> tuple[str, str | None] | None:
+        """``(class judged, class asked for when demoted, else None)`` of an admitted
+        request, from its admission until it finishes; None when it is not judged."""
+        cls = self._class_of.get(request_id)
+        return None if cls is None else (cls, self._asked_class.get(request_id))
+
+    def egress_s(self, now: float) -> float:
+        """The egress delay deadlines are planned with at ``now`` (0 without ``path``)."""
+        return 0.0 if self.path is None else self.path.egress_s(now)
 
     # -- predictions ------------------------------------------------------------
 
@@ -659,16 +724,47 @@ class SLOAdmission:
                                         self.ledger.decoding_context_tokens)
         return per_step / step_s, step_s
 
-    def _due(self, request: RequestView, target: SLOTarget) -> float:
-        return request.arrival_s + self._headroom_now * target.ttft_s
+    def _due(self, request: RequestView, target: SLOTarget, egress_s: float) -> float:
+        """When the engine must produce ``request``'s first token: its deadline at the
+        headroom in force, less the egress delay."""
+        return request.arrival_s + self._headroom_now * target.ttft_s - egress_s
 
     def _first_token(self, request_id: str, now: float) -> None:
-        """Feedback: how late ``request_id``'s first token came against its prediction."""
+        """The engine produced ``request_id``'s first token: feedback from here, or, once the
+        server reports where first tokens leave (`on_client_first_token`), from there."""
+        self._now = max(self._now, now)
         entry = self._predicted.pop(request_id, None)
-        if entry is None:
+        if self.path is not None:
+            self.path.engine_first_token(request_id, now)
+            if entry is not None:
+                self._awaiting_client[request_id] = entry
+                while len(self._awaiting_client) > self.path.max_awaiting:
+                    self._awaiting_client.popitem(last=False)
+            if self.path.has_client_reports:
+                return
+        if entry is not None:
+            arrival, predicted, target = entry
+            self._learn((now - arrival - predicted) / target)
+
+    def on_client_first_token(self, request_id: str, sent_s: float) -> None:
+        """``request_id``'s first token left the API server at ``sent_s`` (the clock of
+        ``arrival_s``): learn the egress delay and, with ``feedback_window``, how late the
+        client saw it against the prediction. Ignored without ``path`` or for a request it
+        does not know (never judged, or forgotten: bounded memory)."""
+        if self.path is None:
             return
-        arrival, predicted, target = entry
-        self._errors.append((now - arrival - predicted) / target)
+        self._now = max(self._now, sent_s)
+        self.path.client_first_token(request_id, sent_s)
+        entry = self._awaiting_client.pop(request_id, None)
+        if entry is not None:
+            arrival, predicted, target = entry
+            self._learn((sent_s - arrival - predicted) / target)
+
+    def _learn(self, error: float) -> None:
+        """One first token's lateness against its prediction, as a share of its target."""
+        if not self.feedback_window:
+            return
+        self._errors.append(error)
         if len(self._errors) >= min(20, self.feedback_window):
             self._headroom_now = min(max(self.headroom - self._p90(), self.min_headroom),
                                      self.max_headroom)
@@ -778,7 +874,7 @@ class SLOAdmission:
         target = self.slos[cls] if cls is not None else None
         if target is None:
             return math.inf
-        due = self._due(request, target)
+        due = self._due(request, target, self.egress_s(load.now))
         late, _ = self._late(load, due, self.share(request.priority), self._work(request),
                              self.kv_ready_s(request, load))
         return late + due - request.arrival_s
@@ -834,14 +930,22 @@ class SLOAdmission:
         if own is None:
             return SLODecision(verdict=SLOVerdict.ADMIT, slo_class=request.slo_class,
                                ttft_s=None, tpot_s=None)
+        target = self.slos[own]
+        egress = self.egress_s(load.now)
+        path_late = load.now - request.arrival_s + egress - target.ttft_s
+        if path_late > 0:
+            # The path outside the engine alone makes it late, whatever the engine does.
+            retry = min(max(path_late, self.min_retry_after_s), self.max_retry_after_s)
+            return SLODecision(verdict=SLOVerdict.REJECT, slo_class=own,
+                               ttft_s=load.now - request.arrival_s, tpot_s=None,
+                               reason="slo_ttft", retry_after_s=retry, egress_s=egress)
         if (load.running_requests == 0 and load.waiting_requests == 0
                 and self.ledger.backlog_tokens == 0):
             # An idle engine: nobody else to protect, and stock vLLM would serve it; it is
             # also how a learned step model sees its first steps.
             return SLODecision(verdict=SLOVerdict.ADMIT, slo_class=own,
                                ttft_s=self.predict_ttft_s(request, load),
-                               tpot_s=self.predict_tpot_s(request, load))
-        target = self.slos[own]
+                               tpot_s=self.predict_tpot_s(request, load), egress_s=egress)
         tokens = self._work(request)
         kv_ready = self.kv_ready_s(request, load)
         tpot = self.predict_tpot_s(request, load)
@@ -850,20 +954,21 @@ class SLOAdmission:
             if cls is None:
                 continue
             goal = self.slos[cls]
-            due = self._due(request, goal)
+            due = self._due(request, goal, egress)
             own_late, added = self._late(load, due, self.share(request.priority), tokens,
                                          kv_ready)
             ttft = own_late + due - request.arrival_s
             first = first or (ttft, own_late)
             if (own_late <= 0 and added <= 0
                     and tpot <= self.tpot_headroom * self._tpot_bound_s(goal)):
-                return SLODecision(verdict=verdict, slo_class=cls, ttft_s=ttft, tpot_s=tpot)
+                return SLODecision(verdict=verdict, slo_class=cls, ttft_s=ttft, tpot_s=tpot,
+                                   egress_s=egress)
         ttft, own_late = first
         reason = "slo_tpot" if tpot > self.tpot_headroom * self._tpot_bound_s(target) and (
             own_late <= 0) else "slo_ttft"
         retry = min(max(own_late, self.min_retry_after_s), self.max_retry_after_s)
         return SLODecision(verdict=SLOVerdict.REJECT, slo_class=own, ttft_s=ttft,
-                           tpot_s=tpot, reason=reason, retry_after_s=retry)
+                           tpot_s=tpot, reason=reason, retry_after_s=retry, egress_s=egress)
 
     def admit(self, request: RequestView, load: LoadSnapshot) -> AdmissionDecision:
         """`decide`, counted, as the pipeline's admission decision.
@@ -872,10 +977,14 @@ class SLOAdmission:
         scheduler does not yet re-rank the request (it keeps its own class's key), so configure
         ``demotions`` only where that is acceptable.
         """
+        self._now = max(self._now, load.now)
+        if self.path is not None:
+            self.path.observe_ingress(request.arrival_s, load.now)
         decision = self.decide(request, load)
         if decision.verdict is SLOVerdict.REJECT:
             self._rejected[decision.reason] = self._rejected.get(decision.reason, 0) + 1
-            return AdmissionDecision.reject(decision.reason, decision.retry_after_s)
+            return AdmissionDecision.reject(f"{decision.reason}:{decision.slo_class}",
+                                            decision.retry_after_s)
         if decision.ttft_s is None:
             self._unclassified += 1
         elif decision.verdict is SLOVerdict.DEMOTE:
@@ -883,23 +992,29 @@ class SLOAdmission:
             self._pending_class[request.request_id] = decision.slo_class
         else:
             self._admitted += 1
-        if decision.ttft_s is not None and self.feedback_window:
+        if decision.ttft_s is not None and (self.feedback_window or self.path is not None):
             self._pending_prediction[request.request_id] = (
-                decision.ttft_s, self.slos[decision.slo_class].ttft_s)
+                decision.ttft_s, self.slos[decision.slo_class].ttft_s, decision.egress_s)
         return AdmissionDecision.accept()
 
     # -- lifecycle -----------------------------------------------------------------
 
     def on_admitted(self, request: RequestView, now: float) -> None:
         """Weigh the request's deadline in later tests (under its demoted class, if so)."""
-        cls = self._pending_class.pop(request.request_id, None) or self.target_class(request)
+        own = self.target_class(request)
+        cls = self._pending_class.pop(request.request_id, None) or own
         target = self.slos[cls] if cls is not None else None
         if target is not None:
             self._class_of[request.request_id] = cls
+            if cls != own and own is not None:
+                self._asked_class[request.request_id] = own
+            egress = 0.0
             prediction = self._pending_prediction.pop(request.request_id, None)
             if prediction is not None:
-                self._predicted[request.request_id] = (request.arrival_s, *prediction)
-            self._deadlines[request.request_id] = (self._due(request, target),
+                ttft, ttft_target, egress = prediction
+                self._predicted[request.request_id] = (request.arrival_s, ttft + egress,
+                                                       ttft_target)
+            self._deadlines[request.request_id] = (self._due(request, target, egress),
                                                    self.share(request.priority))
 
     def on_first_scheduled(self, request: RequestView, now: float) -> None:
@@ -909,6 +1024,7 @@ class SLOAdmission:
         self._deadlines.pop(request.request_id, None)
         self._pending_class.pop(request.request_id, None)
         self._class_of.pop(request.request_id, None)
+        self._asked_class.pop(request.request_id, None)
         self._predicted.pop(request.request_id, None)
         self._pending_prediction.pop(request.request_id, None)
 
@@ -917,7 +1033,8 @@ class SLOAdmission:
         return SLOAdmissionStats(admitted=self._admitted, demoted=self._demoted,
                                  rejected=dict(self._rejected), unclassified=self._unclassified,
                                  tracked=len(self._deadlines), headroom=self._headroom_now,
-                                 ttft_error_p90=self._p90())
+                                 ttft_error_p90=self._p90(),
+                                 path=None if self.path is None else self.path.stats(self._now))
 
     def _p90(self) -> float | None:
         return percentile(self._errors, 90) if self._errors else None
@@ -926,4 +1043,8 @@ class SLOAdmission:
         """Counters are never negative; the ledger's own invariants hold."""
         assert self._admitted >= 0 and self._demoted >= 0 and self._unclassified >= 0
         assert all(v > 0 for v in self._rejected.values())
+        assert set(self._asked_class) <= set(self._class_of)
         self.ledger.check_invariants()
+        if self.path is not None:
+            self.path.check_invariants()
+            assert len(self._awaiting_client) <= self.path.max_awaiting

@@ -21,7 +21,8 @@ from policies import (
     TokenCapPolicy,
     TTFTDeadlineRanker,
 )
-from policies.slo_admission import RELEASE_QUANTILES
+from policies.slo_admission import RELEASE_QUANTILES, ClassGrants, resolve_class
+from policies.slo_path import PathDelays
 
 # 1,000 prefill tokens a step of 0.05 s: 20,000 prefill tokens/s, whatever runs.
 MODEL = StepTimeModel(base_s=0.026, decode_s_per_seq=0.0, prefill_s_per_token=2.4e-5)
@@ -143,7 +144,7 @@ def test_edf_admits_while_the_work_due_first_fits_before_the_deadline():
     admission = policy()
     decisions = admit_all(admission, *(view(f"g{i}", 1000) for i in range(10)))
     assert [d.admitted for d in decisions] == [True] * 9 + [False]
-    assert decisions[-1].reason == "slo_ttft"
+    assert decisions[-1].reason == "slo_ttft:gold"
     assert 1.0 <= decisions[-1].retry_after_s <= 60.0
     assert admission.stats().admitted == 9 and admission.stats().rejected == {"slo_ttft": 1}
     admission.check_invariants()
@@ -495,3 +496,115 @@ def test_a_steps_chunks_share_its_room_each_priced_at_its_own_context():
                 for tokens, context in grants)
     assert grants[0][0] > 64 and spent <= room + 1e-9  # counted in tokens, the short chunk
     # would have got the whole room's tokens at context 0 less the deep chunk's: over it
+
+
+# -- end-to-end deadlines: the path outside the engine step ----------------------------------
+
+
+def first_token_cycle(admission, request, *, engine_late_s, egress_s):
+    """Admit ``request`` at its arrival, produce its first token ``engine_late_s`` after the
+    engine's prediction and report it leaving the server ``egress_s`` later."""
+    decision = admission.decide(request, load(request.arrival_s))
+    assert admission.admit(request, load(request.arrival_s)).admitted
+    admission.ledger.on_admitted(request, request.arrival_s)
+    admission.on_admitted(request, request.arrival_s)
+    produced = request.arrival_s + decision.ttft_s + engine_late_s
+    admission.ledger.on_scheduled(request, request.prompt_tokens, produced)
+    admission.ledger.on_finished(request, produced + 0.1)
+    admission.on_finished(request, produced + 0.1)
+    admission.on_client_first_token(request.request_id, produced + egress_s)
+    return decision
+
+
+def test_deadlines_are_planned_with_the_learned_egress_delay():
+    admission = policy(path=PathDelays(), feedback_window=20)
+    for index in range(20):  # first tokens leave the server 0.2 s after the engine made them
+        first_token_cycle(admission, view(f"r{index}", 100, arrival_s=index * 1.0),
+                          engine_late_s=0.0, egress_s=0.2)
+    now = 19.5
+    assert admission.egress_s(now) == pytest.approx(0.2)
+    assert admission.stats().path.egress_s == pytest.approx(0.2)
+    # Work ahead that fit a 0.5 s deadline at the engine no longer fits one 0.2 s earlier:
+    # 9,000 tokens fit (0.5 - 0.05) s at 20,000 tokens/s; 0.3 s fits only 5,000.
+    ahead = [view(f"a{i}", 1000, arrival_s=now) for i in range(5)]
+    decisions = admit_all(admission, *ahead, view("late", 1000, arrival_s=now), now=now)
+    assert [d.admitted for d in decisions[:4]] == [True] * 4
+    assert not decisions[-1].admitted
+    admission.check_invariants()
+
+
+def test_lateness_the_client_sees_lowers_the_headroom_past_the_old_floor():
+    admission = policy(path=PathDelays(horizon_s=1.0), feedback_window=20, headroom=0.9,
+                       min_headroom=0.05)
+    for index in range(20):  # on time at the engine, 1 s late at the client (0.5 s target)
+        first_token_cycle(admission, view(f"r{index}", 100, arrival_s=index * 10.0),
+                          engine_late_s=0.0, egress_s=1.0)
+    # each egress sample was forgotten (1 s horizon) before the next request: only the
+    # feedback knew the client's lateness, and it holds admission to what is well on time
+    stats = admission.stats()
+    assert stats.ttft_error_p90 == pytest.approx(2.0)
+    assert stats.headroom == 0.05, "far below the floor of 0.25 that still admitted late"
+    admission.ledger.on_admitted(view("busy", 1000, arrival_s=300.0), 300.0)
+    assert not admission.admit(view("next", 1000, arrival_s=300.0), load(300.0)).admitted
+
+
+def test_a_request_the_path_alone_makes_late_is_rejected_even_on_an_idle_engine():
+    path = PathDelays()
+    admission = policy(path=path)
+    path.engine_first_token("old", 9.0)
+    path.client_first_token("old", 9.4)  # 0.4 s of egress
+    request = view("r", 100, arrival_s=9.8)  # reached the engine 0.2 s after arrival
+    decision = admission.decide(request, load(10.0))
+    assert decision.verdict is SLOVerdict.REJECT and decision.reason == "slo_ttft"
+    assert decision.retry_after_s == 1.0
+    assert admission.admit(view("s", 100, arrival_s=10.0), load(10.0)).admitted, (
+        "0.4 s of egress still leaves a 0.5 s target room on an idle engine")
+
+
+def test_without_client_reports_feedback_comes_from_the_engine_as_before():
+    with_path = policy(path=PathDelays(), feedback_window=20, headroom=0.9)
+    without = policy(feedback_window=20, headroom=0.9)
+    for admission in (with_path, without):
+        for index in range(20):
+            request = view(f"r{index}", 100, slo_class="bronze")
+            decision = admission.decide(request, load())
+            assert admission.admit(request, load()).admitted
+            admission.ledger.on_admitted(request, 0.0)
+            admission.on_admitted(request, 0.0)
+            admission.ledger.on_scheduled(request, 100, decision.ttft_s + 2.0)
+    assert with_path.stats().headroom == without.stats().headroom == pytest.approx(0.7)
+    assert with_path.stats().path.ingress_samples == 20
+
+
+def test_judged_class_names_the_class_asked_for_when_demoted():
+    admission = policy(demotions={"gold": "bronze"})
+    admit_all(admission, *(view(f"g{i}", 1000) for i in range(10)))
+    assert admission.judged_class("g0") == ("gold", None)
+    assert admission.judged_class("g9") == ("bronze", "gold")
+    assert admission.judged_class("nobody") is None
+    admission.on_finished(view("g9", 1000), 1.0)
+    assert admission.judged_class("g9") is None
+    admission.check_invariants()
+
+
+def test_rejections_name_the_class_they_were_judged_in():
+    admission = policy()
+    decisions = admit_all(admission, *(view(f"g{i}", 1000) for i in range(10)))
+    assert decisions[-1].reason == "slo_ttft:gold"
+
+
+def test_a_length_class_a_tenant_is_not_granted_gives_way_to_the_next_looser_one():
+    slos = {"chat": SLOTarget(ttft_s=0.5, tpot_s=0.1), "rag": SLOTarget(ttft_s=2.0, tpot_s=0.1),
+            "batch": SLOTarget(ttft_s=20.0, tpot_s=0.2)}
+    grants = ClassGrants(by_tenant={"acme": {"chat", "rag", "batch"}},
+                         others={"batch", "rag"})
+    lengths = ((511, "chat"), (2**31, "rag"))
+    ranker = TTFTDeadlineRanker(slos=slos, length_classes=lengths, grants=grants)
+    admission = policy(slos=slos, length_classes=lengths, grants=grants)
+    for request, cls in ((view("a", 100, slo_class=None, tenant="acme"), "chat"),
+                         (view("b", 100, slo_class=None, tenant="default"), "rag"),
+                         (view("c", 5000, slo_class=None, tenant="default"), "rag")):
+        assert admission.target_class(request) == cls
+        assert ranker.rank_key(request) == slos[cls].ttft_s
+    nothing = ClassGrants(others=set())
+    assert resolve_class(view("d", 100, slo_class=None), slos, {}, lengths, nothing) is None
