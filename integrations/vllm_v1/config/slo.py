@@ -22,6 +22,12 @@ Declared in plain vLLM flags as ``llm_serving_policies.slo`` (every key optional
   with the protected margin, while a request of that priority decodes: a tier protected
   by the priority its requests carry, whatever their class (``{"-1": 0.05}``);
 - ``demotions``: class -> the lower class its tenants accept instead of a rejection;
+- ``allowed_classes``: tenant -> the classes its requests may claim (``"*"``: every tenant
+  not listed, anonymous requests included). By default a tenant named in ``tenants`` may
+  claim its own class and every class whose ``ttft_s`` is no tighter; any other tenant
+  every class that is not ``protected``. Over HTTP a claim beyond them is refused (403);
+  a class given by prompt length that a tenant may not claim gives way to the tightest
+  class it may;
 - ``min_prefill_tokens_per_step``: the fewest prefill tokens a step carries while requests
   decode (more where the TPOT targets of the classes decoding allow, on the learned model);
 - ``step_model_prior``: `StepTimeModel` fields, the online step model's starting point (a
@@ -32,6 +38,10 @@ Declared in plain vLLM flags as ``llm_serving_policies.slo`` (every key optional
   class first, then vLLM's ``priority``), each request preempted so at most
   ``max_per_request`` times (`SlotPreemption`). Off by default: a victim waits for a slot
   again, which its own TPOT pays for; on the reasoning workload it cost goodput (docs/slo.md).
+
+Deadlines run end to end: from the API server's arrival to the first token leaving the
+server. The path outside the engine step (ingress and egress, `PathDelays`) is learned
+online from what the server reports, and admission plans each deadline with it.
 
 With nothing declared, the classes are `DEFAULT_CLASSES` by prompt length (``short`` under
 512 tokens: 0.5 s / 100 ms; ``long``: 5 s / 100 ms), the same the replay judges by default.
@@ -63,6 +73,8 @@ from policies import (
     TokenCaps,
     TTFTDeadlineRanker,
 )
+from policies.slo_admission import ClassGrants
+from policies.slo_path import PathDelays
 from policies.step_model import CONSERVATIVE_PRIOR
 
 FIELD = "llm_serving_policies.slo"
@@ -81,6 +93,10 @@ PROTECTED_HEADROOM = 0.8
 """A protected class's TPOT is held at 80 % of its target (room for the model's error)."""
 FEEDBACK_WINDOW = 200
 """The admitted requests whose first tokens correct the headroom (`SLOAdmission`)."""
+MIN_HEADROOM = 0.05
+"""The feedback may lower the headroom this far: when first tokens keep coming late, the
+preset admits only what its model predicts well within the target (on a saturated machine,
+very little) instead of stopping at a floor that still admits late requests."""
 MAX_HEADROOM = 1.5
 """The feedback may plan up to 1.5x the target when first tokens keep coming that much earlier
 than predicted (a pessimistic model): the bound on how far it trusts the correction."""
@@ -91,8 +107,10 @@ PREEMPTION_RISK_SHARE = 0.5
 """The share of its TTFT target a waiting request spends before it may preempt (half its
 budget is left to start and run its prefill)."""
 _KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "protected_priorities",
-         "demotions",
+         "demotions", "allowed_classes",
          "min_prefill_tokens_per_step", "step_model_prior", "preemption")
+ALL_TENANTS = "*"
+"""The ``allowed_classes`` key of every tenant not listed (anonymous requests included)."""
 _PREEMPTION_KEYS = ("risk_share", "max_per_request")
 
 
@@ -143,6 +161,26 @@ class SLOSpec:
     preemption_risk_share: float | None = None
     """`SlotPreemption.risk_share`; None (the default): no slot preemption."""
     max_preemptions_per_request: int = 1
+    allowed: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
+    """Declared ``allowed_classes`` (tenant or ``"*"`` -> classes); see `allowed_classes`."""
+
+    def allowed_classes(self, tenant: str | None) -> frozenset[str]:
+        """The classes ``tenant``'s requests may claim (None: an anonymous request)."""
+        if tenant is not None and tenant in self.allowed:
+            return self.allowed[tenant]
+        own = self.tenants.get(tenant) if tenant is not None else None
+        if own is not None:
+            return frozenset(name for name, target in self.classes.items()
+                             if target.ttft_s >= self.classes[own].ttft_s)
+        if ALL_TENANTS in self.allowed:
+            return self.allowed[ALL_TENANTS]
+        return frozenset(self.classes) - self.protected
+
+    def grants(self) -> ClassGrants:
+        """`allowed_classes` as the policies' `ClassGrants`."""
+        tenants = set(self.tenants) | (set(self.allowed) - {ALL_TENANTS})
+        return ClassGrants(by_tenant={t: self.allowed_classes(t) for t in tenants},
+                           others=self.allowed_classes(None))
 
     @classmethod
     def parse(cls, entry: object) -> SLOSpec:
@@ -202,7 +240,8 @@ class SLOSpec:
                    protected_priorities=priorities, demotions=demotions,
                    min_prefill_tokens_per_step=step_tokens,
                    step_model_prior=_prior(entry.get("step_model_prior")),
-                   preemption_risk_share=risk_share, max_preemptions_per_request=per_request)
+                   preemption_risk_share=risk_share, max_preemptions_per_request=per_request,
+                   allowed=_allowed(entry.get("allowed_classes", {}), classes))
 
 
 def _preemption(value: object) -> tuple[float | None, int]:
@@ -243,6 +282,17 @@ def _by_prompt_tokens(value: object, classes: Mapping[str, SLOTarget]
     return tuple(pairs)
 
 
+def _allowed(value: object, classes: Mapping[str, SLOTarget]) -> dict[str, frozenset[str]]:
+    allowed = {}
+    for tenant, names in _mapping("allowed_classes", value).items():
+        path = f"allowed_classes.{tenant}"
+        if not isinstance(names, list | tuple):
+            raise _error(path, f"must be a list of class names, got {names!r}")
+        allowed[_name("allowed_classes", tenant)] = frozenset(
+            _known(f"{path}[{i}]", name, classes) for i, name in enumerate(names))
+    return allowed
+
+
 def _prior(value: object) -> StepTimeModel:
     if value is None:
         return CONSERVATIVE_PRIOR
@@ -280,6 +330,7 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
                     for bound, cls in spec.by_prompt_tokens)
     ledger = PrefillLedger(learn_tenant_hits=False)
     model = OnlineStepTimeModel(prior=spec.step_model_prior)
+    grants = spec.grants()
     admission = SLOAdmission(
         slos=classes, ledger=ledger, step_model=model,
         max_prefill_tokens_per_step=spec.min_prefill_tokens_per_step, tpot_step_bound=True,
@@ -289,7 +340,8 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW,
         protected_tpot_s={priority: PROTECTED_HEADROOM * tpot
                           for priority, tpot in spec.protected_priorities.items()},
-        max_headroom=MAX_HEADROOM)
+        min_headroom=MIN_HEADROOM, max_headroom=MAX_HEADROOM, grants=grants,
+        path=PathDelays())
     budget = StepPrefillBudget(max_prefill_tokens=spec.min_prefill_tokens_per_step,
                                interactive_prompt_tokens=0, bound=admission)
     preemption = None if spec.preemption_risk_share is None else SlotPreemption(
@@ -297,7 +349,8 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         protected_classes=spec.protected, risk_share=spec.preemption_risk_share,
         max_preemptions_per_request=spec.max_preemptions_per_request)
     return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
-                                               tenant_classes=dict(spec.tenants)),
+                                               tenant_classes=dict(spec.tenants),
+                                               grants=grants),
                     preemption=preemption,
                     rate=TokenCaps(policies=(budget, ledger)), admission=admission,
                     step_model=model, watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1,

@@ -41,8 +41,8 @@ def test_a_declaration_reaches_admission_and_ranking():
     assert slo.step_model.model == StepTimeModel(base_s=0.005, decode_s_per_seq=0.0,
                                                  prefill_s_per_token=3e-5)
     short = RequestView(request_id="a", arrival_s=0.0, prompt_tokens=100)
-    assert admission.target_class(short) == "chat"
-    assert slo.ranking.rank_key(short) == 0.5
+    assert admission.target_class(short) == "batch", "protected: not for anonymous requests"
+    assert slo.ranking.rank_key(short) == 20.0
     acme = RequestView(request_id="b", arrival_s=0.0, prompt_tokens=100, tenant="acme")
     assert admission.target_class(acme) == "batch" and slo.ranking.rank_key(acme) == 20.0
 
@@ -72,6 +72,10 @@ def test_a_declaration_reaches_admission_and_ranking():
     ({"preemption": {"risk": 1}}, "llm_serving_policies.slo.preemption.risk is not a key"),
     ({"preemption": {"risk_share": 1.5}}, r"preemption.risk_share must be a number in \[0, 1\]"),
     ({"preemption": {"max_per_request": 0}}, "preemption.max_per_request must be a positive"),
+    ({"allowed_classes": ["gold"]}, "llm_serving_policies.slo.allowed_classes must be a mapping"),
+    ({"allowed_classes": {"acme": "gold"}}, "allowed_classes.acme must be a list of class names"),
+    ({"allowed_classes": {"acme": ["gold", "platinum"]}},
+     r"allowed_classes.acme\[1\] names class 'platinum', which is not declared"),
 ])
 def test_every_mistake_names_its_field(slo, message):
     with pytest.raises(PipelineConfigError, match=message):
@@ -91,3 +95,30 @@ def test_slot_preemption_is_off_unless_declared():
     assert (on.preemption.risk_share, on.preemption.max_preemptions_per_request) == (0.25, 2)
     assert on.preemption.protected_classes == {"gold"}
     assert pipeline({"preemption": True}).preemption.risk_share == 0.5
+
+
+CLASSES = {"chat": {"ttft_s": 0.5, "tpot_s": 0.05}, "rag": {"ttft_s": 2.0, "tpot_s": 0.05},
+           "batch": {"ttft_s": 20.0, "tpot_s": 0.2}}
+
+
+def test_a_tenant_may_claim_its_own_class_and_looser_ones_and_others_no_protected_class():
+    spec = SLOSpec.parse({"classes": CLASSES, "tenants": {"acme": "rag"},
+                          "protected": ["chat"]})
+    assert spec.allowed_classes("acme") == {"rag", "batch"}
+    assert spec.allowed_classes(None) == spec.allowed_classes("walk-in") == {"rag", "batch"}
+    declared = SLOSpec.parse({"classes": CLASSES, "tenants": {"acme": "rag"},
+                              "allowed_classes": {"acme": ["chat", "rag"], "*": ["batch"]}})
+    assert declared.allowed_classes("acme") == {"chat", "rag"}
+    assert declared.allowed_classes(None) == {"batch"}
+
+
+def test_anonymous_short_prompts_get_no_protected_class_by_length():
+    slo = pipeline({"classes": CLASSES, "by_prompt_tokens": [[4095, "chat"], [None, "rag"]],
+                    "protected": ["chat"], "allowed_classes": {"team-a": ["chat", "rag"]}})
+    short = {"request_id": "a", "arrival_s": 0.0, "prompt_tokens": 100}
+    anonymous = RequestView(**short)
+    granted = RequestView(**short, tenant="team-a")
+    assert slo.admission.target_class(anonymous) == "rag"
+    assert slo.ranking.rank_key(anonymous) == 2.0
+    assert slo.admission.target_class(granted) == "chat"
+    assert slo.ranking.rank_key(granted) == 0.5
