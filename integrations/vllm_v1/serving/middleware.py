@@ -16,8 +16,9 @@ reaches the scheduler (`integrations.vllm_v1.serving.routes`), one request is on
 The ticket travels as a local of that call, not through the ASGI scope. Other routes
 and other scope types pass straight through. On ``SIGTERM`` it drains
 (`integrations.vllm_v1.serving.drain`): new engine requests and ``/health`` get 503,
-requests in flight finish, then the server stops. Configuration (our ``--additional-config``
-entry) is read once, at start-up: a bad entry fails the start with its message.
+requests in flight finish within the grace period or are ended, then the server stops.
+Configuration (our ``--additional-config`` entry) is read once, at start-up: a bad entry
+fails the start with its message.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class PolicyMiddleware:
         if route is None:
             await self.app(scope, receive, send)
             return
-        with setup.drain.track():
+        with setup.drain.track(send, anthropic=route.anthropic_errors) as send:
             await self._engine_request(setup, route, scope, receive, send)
 
     async def _engine_request(self, setup: _Setup, route: EngineRoute, scope: Scope,
@@ -114,7 +115,7 @@ class PolicyMiddleware:
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            self.setup(scope).drain.install()
+            self.setup(scope).drain.install(scope)
         except PipelineConfigError as error:  # a bad config entry: fail the start, say why
             message = await receive()
             if message["type"] == "lifespan.startup":
