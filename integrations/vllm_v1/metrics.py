@@ -43,7 +43,10 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   headroom in force, the configured one corrected by the observed TTFT errors),
   ``policies:slo_ttft_error_p90`` (90th percentile of (measured - predicted TTFT) / target
   over the recent admitted requests), ``policies:slo_admitted_tracked`` (admitted requests
-  whose first-token deadline admission still weighs) and ``policies:slo_demotions_total``
+  whose first-token deadline admission still weighs), ``policies:slo_demotions_total``, and
+  the learned path around the engine step (`PathDelays`): ``policies:slo_path_seconds{term}``
+  (``ingress``: arrival to the engine's decision; ``egress``: the engine's first token to the
+  client; the p90 admission plans with) and ``policies:slo_path_client_reports_total``
 * with a ``start_gate`` that has ``stats()`` (`DecodeStepGate`):
   ``policies:decode_step_bound_seconds`` (the predicted step time starts may not push the
   batch past; absent while the step model warms up) and
@@ -168,6 +171,15 @@ class PolicyMetrics:
                                           "Requests SLO admission demoted to a lower class",
                                           registry=registry)
         self._slo_demotions_seen = 0
+        self._slo_path = Gauge("policies:slo_path_seconds",
+                               "p90 delay outside the engine step SLO admission plans with: "
+                               "ingress (arrival to the engine) and egress (engine first token "
+                               "to the client)", ["term"], registry=registry,
+                               multiprocess_mode="mostrecent")
+        self._slo_reports = PromCounter("policies:slo_path_client_reports",
+                                        "First tokens the API server reported leaving it",
+                                        registry=registry)
+        self._slo_reports_seen = 0
         self._step_bound = Gauge("policies:decode_step_bound_seconds",
                                  "The predicted decode step time the start gate holds the "
                                  "batch within", registry=registry,
@@ -270,6 +282,13 @@ class PolicyMetrics:
         if stats.demoted > self._slo_demotions_seen:
             self._slo_demotions.inc(stats.demoted - self._slo_demotions_seen)
             self._slo_demotions_seen = stats.demoted
+        path = stats.path
+        if path is not None:
+            self._slo_path.labels(term="ingress").set(path.ingress_s)
+            self._slo_path.labels(term="egress").set(path.egress_s)
+            if path.client_reports > self._slo_reports_seen:
+                self._slo_reports.inc(path.client_reports - self._slo_reports_seen)
+                self._slo_reports_seen = path.client_reports
 
     def start_gate(self, stats: DecodeStepGateStats) -> None:
         """Set the start gate's step bound and advance its held counter to the gate's total."""

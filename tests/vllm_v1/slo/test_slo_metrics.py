@@ -30,3 +30,8 @@ def test_the_slo_preset_exports_headroom_tracked_requests_and_its_step_model():
     assert registry.get_sample_value("policies:slo_ttft_error_p90") == stats.ttft_error_p90
     assert registry.get_sample_value("policies:slo_admitted_tracked") == 0
     assert registry.get_sample_value("policies:step_model_observations") > 0
+    assert stats.path.ingress_samples == 12
+    assert registry.get_sample_value("policies:slo_path_seconds",
+                                     {"term": "ingress"}) == stats.path.ingress_s
+    assert registry.get_sample_value("policies:slo_path_seconds", {"term": "egress"}) == 0.0
+    assert registry.get_sample_value("policies:slo_path_client_reports_total") == 0
