@@ -196,4 +196,6 @@ TOUCHES += (
           "call", ("args", "supported_tasks", "model_config")),
     Touch("vllm.entrypoints.launchers.api_server.app_state", "init_app_state", "call",
           ("engine_client", "state", "args", "supported_tasks")),
+    # the drain's end: every request in flight aborted (integrations.vllm_v1.serving.drain)
+    Touch("vllm.v1.engine.async_llm", "AsyncLLM.pause_generation", "call", ()),
 )
