@@ -11,9 +11,14 @@ messages, new ones included. For each request, in order:
    messages), else 400: ``priority`` (where the route's body model has the field),
    the ``X-Vllm-Priority`` header (an integer, sent at most once: vLLM reads the
    first of several, a proxy in front may read the last, so two are refused), and
-   ``vllm_xargs`` ``tenant`` / ``slo_class`` / ``deadline_ms``;
+   ``vllm_xargs`` ``tenant`` / ``slo_class`` / ``deadline_ms``; with the ``slo`` preset
+   (`declared_slo`), a ``slo_class`` must be one it declares;
 3. **may it**: a tenant named in ``vllm_xargs`` must be the credential's, and the
-   priority and SLO class within the tenant's limits, else 403;
+   priority and SLO class within the tenant's limits, else 403. With the ``slo``
+   preset, the class must be one the preset allows the tenant
+   (`integrations.vllm_v1.config.slo.SLOSpec.allowed_classes`): the credential's
+   tenant, none for a request without a credential, or, with no credentials
+   configured, the tenant ``vllm_xargs`` names (as the engine takes it);
 4. the body goes on with the credential's tenant in ``vllm_xargs.tenant`` (or
    ``sampling_params.extra_args.tenant``, where the route reads those) and the
    rejection ticket (`integrations.vllm_v1.serving.rejection_channel`) added; a route
@@ -28,10 +33,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.serving.asgi import (
     MAX_BODY_BYTES,
     Receive,
@@ -43,11 +50,26 @@ from integrations.vllm_v1.serving.asgi import (
 )
 from integrations.vllm_v1.serving.rejection_channel import TICKET_KEY
 from integrations.vllm_v1.serving.routes import EngineRoute
-from integrations.vllm_v1.serving.tenants import Identity, Refusal, TenantBinding
+from integrations.vllm_v1.serving.tenants import (
+    SLO_PRESET,
+    Identity,
+    Refusal,
+    TenantBinding,
+    class_refusal,
+)
 from policies import InvalidRequestMetadata, parse_request_metadata
 from policies.views import DEFAULT_TENANT
 
 PRIORITY_HEADER = b"x-vllm-priority"
+
+
+def declared_slo(entry: Mapping[str, Any]) -> SLOSpec | None:
+    """The ``slo`` preset's declaration, when our config ``entry`` serves that preset.
+
+    Raises:
+        PipelineConfigError: naming the field of ``slo`` that is wrong.
+    """
+    return SLOSpec.parse(entry.get("slo")) if entry.get("pipeline") == SLO_PRESET else None
 
 
 @attrs.frozen(kw_only=True)
@@ -61,9 +83,11 @@ class Checked:
 
 
 def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: EngineRoute, *,
-                  binding: TenantBinding | None = None, client_host: str | None = None,
-                  ticket: str | None = None, now: float = 0.0) -> Checked:
-    """Check one engine-bound request (``payload``: its parsed JSON body)."""
+                  binding: TenantBinding | None = None, slo: SLOSpec | None = None,
+                  client_host: str | None = None, ticket: str | None = None,
+                  now: float = 0.0) -> Checked:
+    """Check one engine-bound request (``payload``: its parsed JSON body; ``slo``: the
+    ``slo`` preset's declaration, when served)."""
     identity: Identity | None = None
     if binding is not None:
         found = binding.identify(headers, client_host, now)
@@ -95,15 +119,17 @@ def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: En
             parse_request_metadata(priority, extra_args)
     except InvalidRequestMetadata as error:
         return Checked(status=400, message=str(error))
-    if identity is not None:
-        refusal = binding.authorize(identity, (extra_args or {}).get("tenant"), min(asked),
-                                    (extra_args or {}).get("slo_class"))
-        if refusal is not None:
-            return Checked(status=refusal.status, message=refusal.message)
-        if not route.reads_xargs and identity.tenant != DEFAULT_TENANT:
-            return Checked(status=403, message=f"{route.path} cannot carry a tenant to the "
-                                               f"scheduler, so tenant {identity.tenant!r} "
-                                               "cannot be served on it")
+    claimed, slo_class = ((extra_args or {}).get(key) for key in ("tenant", "slo_class"))
+    if slo is not None and slo_class is not None and slo_class not in slo.classes:
+        return Checked(status=400, message=f"vllm_xargs.slo_class {slo_class!r} is not "
+                                           f"declared: use one of {sorted(slo.classes)}")
+    refusal = _class_or_tenant_refusal(identity, binding, slo, claimed, min(asked), slo_class)
+    if refusal is not None:
+        return Checked(status=refusal.status, message=refusal.message)
+    if identity is not None and not route.reads_xargs and identity.tenant != DEFAULT_TENANT:
+        return Checked(status=403, message=f"{route.path} cannot carry a tenant to the "
+                                           f"scheduler, so tenant {identity.tenant!r} cannot "
+                                           "be served on it")
     if not route.reads_xargs or (identity is None and ticket is None):
         return Checked()
     xargs = {k: v for k, v in (extra_args or {}).items() if k != TICKET_KEY}
@@ -112,6 +138,21 @@ def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: En
     if ticket is not None:
         xargs[TICKET_KEY] = ticket
     return Checked(payload=_with_xargs(payload, route.xargs_path, xargs))
+
+
+def _class_or_tenant_refusal(identity: Identity | None, binding: TenantBinding | None,
+                             slo: SLOSpec | None, claimed: str | None, priority: int,
+                             slo_class: str | None) -> Refusal | None:
+    """403 for a claim beyond the request's tenant (the credential's, or without
+    credentials the one it names) or a class the ``slo`` preset does not allow it."""
+    if identity is not None:
+        allowed = None if slo is None else slo.allowed_classes(
+            None if identity.anonymous else identity.tenant)
+        return binding.authorize(identity, claimed, priority, slo_class, allowed)
+    if slo is None or slo_class is None:
+        return None
+    who = "a request without a tenant" if claimed is None else f"tenant {claimed!r}"
+    return class_refusal(slo_class, slo.allowed_classes(claimed), who)
 
 
 def _xargs_holder(payload: dict[str, Any], route: EngineRoute) -> dict[str, Any] | None:
@@ -143,7 +184,8 @@ class Forward:
 
 
 async def forward_checked(scope: Scope, receive: Receive, send: Send, route: EngineRoute, *,
-                          binding: TenantBinding | None, ticket: str | None) -> Forward | None:
+                          binding: TenantBinding | None, ticket: str | None,
+                          slo: SLOSpec | None = None) -> Forward | None:
     """Check the engine-bound request ``scope`` (reading its body): what to pass on, or None
     when it was answered with an error."""
     body = await read_body(receive)
@@ -163,8 +205,8 @@ async def forward_checked(scope: Scope, receive: Receive, send: Send, route: Eng
         return Forward(scope, replay(body, receive))
     client = scope.get("client")
     checked = check_request(payload, list(scope.get("headers", [])), route, binding=binding,
-                            client_host=client[0] if client else None, ticket=ticket,
-                            now=time.time())
+                            slo=slo, client_host=client[0] if client else None,
+                            ticket=ticket, now=time.time())
     if checked.status:
         await send_error(send, checked.status, checked.message, anthropic=route.anthropic_errors)
         return None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import attrs
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.serving.asgi import (
     ASGIApp,
     Message,
@@ -36,8 +37,9 @@ from integrations.vllm_v1.serving.asgi import (
     send_error,
 )
 from integrations.vllm_v1.serving.drain import HEALTH_PATHS, Drain
+from integrations.vllm_v1.serving.frontend import FrontendStage
 from integrations.vllm_v1.serving.http_status import Responder
-from integrations.vllm_v1.serving.http_validation import forward_checked
+from integrations.vllm_v1.serving.http_validation import declared_slo, forward_checked
 from integrations.vllm_v1.serving.rejection_channel import RejectionBook, channel_address
 from integrations.vllm_v1.serving.routes import EngineRoute, RouteTable
 from integrations.vllm_v1.serving.tenants import TenantBinding
@@ -52,6 +54,10 @@ class _Setup:
     binding: TenantBinding | None
     book: RejectionBook | None
     drain: Drain
+    slo: SLOSpec | None
+    """The ``slo`` preset's declaration, when served (its classes are checked)."""
+    frontend: FrontendStage | None = None
+    """The frontend gate, with the ``slo`` preset."""
 
 
 class PolicyMiddleware:
@@ -65,17 +71,20 @@ class PolicyMiddleware:
         """Read the routes and our configuration from the app; start the channel (once).
 
         Raises:
-            PipelineConfigError: a bad serving entry (tenants, gateway, channel address).
+            PipelineConfigError: a bad serving entry (tenants, gateway, channel address,
+                the ``slo`` preset's declaration).
         """
         if self._setup is None:
             entry = app_entry(scope)
             binding = TenantBinding.from_entry(entry)
             drain = Drain.from_entry(entry)
+            slo = declared_slo(entry)
             address = channel_address(entry)
             book = RejectionBook(address) if address else None
             if book is not None and not book.start():
                 book = None
-            self._setup = _Setup(RouteTable.from_app(scope.get("app")), binding, book, drain)
+            self._setup = _Setup(RouteTable.from_app(scope.get("app")), binding, book, drain, slo)
+            self._setup.frontend = FrontendStage.from_spec(slo)
         return self._setup
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -101,15 +110,23 @@ class PolicyMiddleware:
     async def _engine_request(self, setup: _Setup, route: EngineRoute, scope: Scope,
                               receive: Receive, send: Send) -> None:
         book = setup.book
-        ticket = book.expect() if book is not None else None
+        visit = setup.frontend.visit() if setup.frontend is not None else None
+        leave = visit.leave if visit is not None else None
+        ticket = book.expect(on_word=leave) if book is not None else None
         try:
             forward = await forward_checked(scope, receive, send, route,
-                                            binding=setup.binding, ticket=ticket)
+                                            binding=setup.binding, ticket=ticket,
+                                            slo=setup.slo)
+            if forward is not None and visit is not None:
+                forward = await visit.admit(forward, route, send)
             if forward is None:
                 return  # answered with an error
-            responder = Responder(send, route, book, ticket if forward.ticket_sent else None)
+            responder = Responder(send, route, book, ticket if forward.ticket_sent else None,
+                                  on_first_message=leave)
             await self.app(forward.scope, forward.receive, responder.send)
         finally:
+            if visit is not None:
+                visit.leave()
             if ticket is not None:
                 book.forget(ticket)
 

@@ -24,7 +24,10 @@ With it, configured in our ``--additional-config`` entry (``llm_serving_policies
   ``anonymous_tenant`` (``default``), or gets 401 with ``require_credential``.
 * **Limits** per tenant: ``min_priority`` (the most urgent priority it may ask for;
   lower is more urgent) and ``slo_classes`` (the classes it may name); beyond them, 403.
-  Limits of the anonymous tenant come from a keyless entry of that name.
+  Limits of the anonymous tenant come from a keyless entry of that name. With the ``slo``
+  preset, a class must also be one the preset allows the tenant
+  (`integrations.vllm_v1.config.slo.SLOSpec.allowed_classes`; for a request without a
+  credential, those of no tenant).
 * **Trusted gateway** (``"gateway": {...}``): the tenant comes only from a header the
   gateway sets (``tenant_header``, default ``X-LLM-Tenant``), never from an API key.
   The header counts only if signed (``hmac_key_env`` / ``hmac_key_file``: header
@@ -35,8 +38,9 @@ With it, configured in our ``--additional-config`` entry (``llm_serving_policies
   when the peer is one of the configured proxy hops (``forwarded_allow_ips``,
   default none), the last address in ``X-Forwarded-For`` that is not a hop itself.
 * **Safe defaults**: with tenants or a gateway configured, the anonymous tenant may
-  ask for no priority more urgent than 0 and name no SLO class, unless a keyless
-  entry of its name says otherwise. A repeated ``Authorization`` header is 400.
+  ask for no priority more urgent than 0 and name no SLO class (with the ``slo`` preset:
+  only the classes the preset allows no tenant, by default none it protects), unless a
+  keyless entry of its name says otherwise. A repeated ``Authorization`` header is 400.
 """
 
 from __future__ import annotations
@@ -70,6 +74,9 @@ MAX_REMEMBERED_SIGNATURES = 100_000
 """Gateway signatures remembered (to refuse a replay) before the oldest are forgotten."""
 SERVING_KEYS = ("tenants", "require_credential", "anonymous_tenant", "gateway")
 """The keys of our config entry this module reads."""
+SLO_PRESET = "slo"
+"""The pipeline preset whose declaration (``slo.allowed_classes``) says which SLO classes
+each tenant may name."""
 
 
 @attrs.frozen(kw_only=True)
@@ -137,6 +144,8 @@ class Identity:
     """Where the tenant came from, for messages: ``"its API key"``, ``"the gateway's tenant
     header"`` or ``"a request without a credential"``."""
     grant: TenantGrant | None = None
+    anonymous: bool = False
+    """The request carried no credential."""
 
 
 @attrs.frozen
@@ -161,6 +170,9 @@ class TenantBinding:
     anonymous_tenant: str = DEFAULT_TENANT
     require_credential: bool = False
     gateway: Gateway | None = None
+    anonymous_slo_classes: frozenset[str] | None = frozenset()
+    """The SLO classes the anonymous tenant may name when no keyless entry says: none, or
+    None (any) where the ``slo`` preset decides (`authorize`'s ``slo_allowed``)."""
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any],
@@ -189,7 +201,9 @@ class TenantBinding:
                                       f"got {require!r}")
         gateway = entry.get("gateway")
         return cls(grants=grants, anonymous_tenant=anonymous, require_credential=require,
-                   gateway=None if gateway is None else _gateway(gateway, environ))
+                   gateway=None if gateway is None else _gateway(gateway, environ),
+                   anonymous_slo_classes=None if entry.get("pipeline") == SLO_PRESET
+                   else frozenset())
 
     @property
     def keyed(self) -> bool:
@@ -222,22 +236,23 @@ class TenantBinding:
         return Identity(match.name, "its API key", match)
 
     def authorize(self, identity: Identity, claimed_tenant: object, priority: int,
-                  slo_class: object) -> Refusal | None:
-        """403 if the request claims another tenant or exceeds its tenant's limits."""
+                  slo_class: object, slo_allowed: frozenset[str] | None = None
+                  ) -> Refusal | None:
+        """403 if the request claims another tenant or exceeds its tenant's limits
+        (``slo_allowed``: the classes the ``slo`` preset allows it, None: no such limit)."""
         if claimed_tenant is not None and claimed_tenant != identity.tenant:
             return Refusal(403, f"vllm_xargs.tenant {claimed_tenant!r} does not match the "
                                 f"tenant {identity.tenant!r} of {identity.credential}")
         grant = identity.grant
-        if grant is None:
-            return None
-        if grant.min_priority is not None and priority < grant.min_priority:
+        if grant is not None and grant.min_priority is not None \
+                and priority < grant.min_priority:
             return Refusal(403, f"priority {priority} is more urgent than tenant "
                                 f"{grant.name!r} may ask for (min_priority {grant.min_priority})")
-        if (grant.slo_classes is not None and slo_class is not None
-                and slo_class not in grant.slo_classes):
-            return Refusal(403, f"vllm_xargs.slo_class {slo_class!r} is not allowed for tenant "
-                                f"{grant.name!r} (allowed: {sorted(grant.slo_classes)})")
-        return None
+        allowed = grant.slo_classes if grant is not None else None
+        if slo_allowed is not None:
+            allowed = slo_allowed if allowed is None else allowed & slo_allowed
+        return class_refusal(slo_class, allowed,
+                             f"tenant {identity.tenant!r} of {identity.credential}")
 
     def _anonymous(self) -> Identity | Refusal:
         if self.require_credential:
@@ -245,8 +260,9 @@ class TenantBinding:
             return Refusal(401, f"this server requires {what}")
         grant = self.grants.get(self.anonymous_tenant) or TenantGrant(
             name=self.anonymous_tenant, min_priority=ANONYMOUS_MIN_PRIORITY,
-            slo_classes=frozenset())  # no keyless entry: the safe default
-        return Identity(self.anonymous_tenant, "a request without a credential", grant)
+            slo_classes=self.anonymous_slo_classes)  # no keyless entry: the safe default
+        return Identity(self.anonymous_tenant, "a request without a credential", grant,
+                        anonymous=True)
 
     def _from_gateway(self, gateway: Gateway, headers: Sequence[tuple[bytes, bytes]],
                       client_host: str | None, now: float) -> Identity | Refusal:
@@ -270,6 +286,16 @@ class TenantBinding:
         except PipelineConfigError as error:
             return Refusal(401, str(error))
         return Identity(tenant, "the gateway's tenant header", self.grants.get(tenant))
+
+
+def class_refusal(slo_class: object, allowed: frozenset[str] | None, who: str
+                  ) -> Refusal | None:
+    """403 naming ``allowed`` if ``slo_class`` is not one of them (``who``: for the message;
+    None or no class: nothing to refuse)."""
+    if allowed is None or slo_class is None or slo_class in allowed:
+        return None
+    return Refusal(403, f"vllm_xargs.slo_class {slo_class!r} is not allowed for {who} "
+                        f"(allowed: {sorted(allowed)})")
 
 
 def _signed(tenant: str, signature: str, gateway: Gateway, now: float) -> bool:

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from integrations.vllm_v1.serving.http_validation import check_request
+from integrations.vllm_v1.serving.http_validation import check_request, declared_slo
 from integrations.vllm_v1.serving.routes import RouteTable
 from integrations.vllm_v1.serving.tenants import TenantBinding
 
@@ -102,3 +102,37 @@ def test_generate_carries_the_tenant_in_its_sampling_params(vllm_app, binding):
         "max_tokens": 2, "extra_args": {"slo_class": "x", "tenant": "bronze",
                                         "llm_serving_policies_ticket": "t1"}}
     assert body["sampling_params"]["extra_args"] == {"slo_class": "x"}  # the original kept
+
+
+def test_every_route_that_carries_a_class_checks_it_against_the_slo_preset(vllm_app):
+    """With the ``slo`` preset, a class is checked wherever a route carries one to the
+    scheduler: undeclared 400, beyond the tenant's allowed classes 403, else it goes on."""
+    entry = {"pipeline": "slo",
+             "slo": {"classes": {"chat": {"ttft_s": 0.5, "tpot_s": 0.05},
+                                 "batch": {"ttft_s": 20.0, "tpot_s": 0.2}},
+                     "tenants": {"bronze": "batch"}, "protected": ["chat"]},
+             "tenants": {"bronze": {"api_key_sha256": hashlib.sha256(
+                 BRONZE_KEY.encode()).hexdigest()}}}
+    binding, slo = TenantBinding.from_entry(entry), declared_slo(entry)
+    table = RouteTable.from_app(vllm_app)
+    carrying = []
+    for path in post_paths(vllm_app):
+        route = table.match({"type": "http", "method": "POST", "path": path})
+        if route is None or not route.reads_xargs:
+            continue
+        carrying.append(path)
+        for key, slo_class, status in [(None, "chta", 400), (None, "chat", 403),
+                                       (BRONZE_KEY, "chat", 403), (None, "batch", 0),
+                                       (BRONZE_KEY, "batch", 0)]:
+            body = {"prompt": "Hi", "messages": [], "input": "Hi", "token_ids": [1]}
+            holder = body
+            for field in route.xargs_path[:-1]:
+                holder = holder.setdefault(field, {})
+            holder[route.xargs_path[-1]] = {"slo_class": slo_class}
+            headers = [(b"authorization", f"Bearer {key}".encode())] if key else []
+            checked = check_request(body, headers, route, binding=binding, slo=slo)
+            assert checked.status == status, (path, key, slo_class, checked)
+            if status == 0:
+                assert at(checked.payload, route.xargs_path)["slo_class"] == slo_class
+    assert {"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
+            "/inference/v1/generate"} <= set(carrying)
