@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -39,23 +39,38 @@ def slots() -> list[str]:
     return [field.name for field in attrs.fields(Pipeline)]
 
 
-def build_pipeline(mapping: Mapping[str, Any]) -> Pipeline:
+def build_pipeline(mapping: Mapping[str, Any], *, where: str = "pipeline") -> Pipeline:
     """The pipeline ``mapping`` describes (unset slots keep their defaults).
 
+    ``where`` names the mapping in messages (``llm_serving_policies.pipeline``), so an
+    error reads ``<where>.<slot>.<field> ...``. Every slot is checked before one error is
+    raised: its message holds one line per problem.
+
     Raises:
-        PipelineConfigError: for an unknown slot or class, a bad argument, or a
-            pipeline the slots do not make up (e.g. quotas without fairness).
+        PipelineConfigError: for an unknown slot or class, a bad argument (a value of
+            the wrong type names its field), or a pipeline the slots do not make up
+            (e.g. quotas without fairness).
     """
     known = slots()
-    unknown = sorted(set(mapping) - set(known))
-    if unknown:
-        raise PipelineConfigError(f"unknown pipeline slot {unknown[0]!r}: slots are {known}")
-    values = {slot: value if slot in PLAIN_SLOTS else _build(value, f"Pipeline.{slot}")
-              for slot, value in mapping.items()}
+    problems = [f"{where}: unknown pipeline slot {slot!r}: slots are {known}"
+                for slot in sorted(set(mapping) - set(known), key=str)]
+    values = {}
+    for slot, value in mapping.items():
+        if slot not in known:
+            continue
+        try:
+            values[slot] = value if slot in PLAIN_SLOTS else _build(value, f"{where}.{slot}")
+        except PipelineConfigError as error:
+            problems.append(str(error))
+    if problems:
+        raise PipelineConfigError("\n".join(problems))
     try:
         return Pipeline(**values)
-    except (TypeError, ValueError) as error:
-        raise PipelineConfigError(str(error)) from error
+    except (TypeError, ValueError) as error:  # Pipeline's own checks name Pipeline.<slot>
+        message = str(error)
+        raise PipelineConfigError(where + message.removeprefix("Pipeline") if message
+                                  .startswith("Pipeline.") else f"{where}: {message}"
+                                  ) from error
 
 
 def _build(spec: Any, where: str) -> Any:
@@ -83,6 +98,11 @@ def _instantiate(name: object, arguments: dict[str, Any], where: str) -> Any:
     cls = _resolve_class(name, where)
     if attrs.has(cls):
         fields = attrs.fields_dict(cls)
+        problems = [f"{where}.{field} must be {what}, got {value!r}"
+                    for field, value in arguments.items() if field in fields
+                    and (what := _type_problem(fields[field].type, value))]
+        if problems:
+            raise PipelineConfigError("\n".join(problems))
         for field, value in arguments.items():
             if field in fields and fields[field].type in (random.Random, "random.Random") \
                     and isinstance(value, int) and not isinstance(value, bool):
@@ -91,6 +111,29 @@ def _instantiate(name: object, arguments: dict[str, Any], where: str) -> Any:
         return cls(**arguments)
     except (TypeError, ValueError) as error:
         raise PipelineConfigError(f"{where} ({cls.__name__}): {error}") from error
+
+
+_PLAIN_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+}
+"""Annotations a configuration value is checked against before the constructor sees it
+(its validators may compare before they check the type), with how a message names them."""
+
+
+def _type_problem(annotation: object, value: Any) -> str | None:
+    """What ``value`` must be, if ``annotation`` is a plain type (or one or None) it is not."""
+    names = [part.strip() for part in str(getattr(annotation, "__name__", annotation))
+             .split("|")]
+    kinds = [name for name in names if name != "None"]
+    if len(kinds) != 1 or kinds[0] not in _PLAIN_TYPES or (value is None and "None" in names):
+        return None
+    what, fits = _PLAIN_TYPES[kinds[0]]
+    if fits(value):
+        return None
+    return what + (" or null" if "None" in names else "")
 
 
 def _resolve_class(name: object, where: str) -> type:

@@ -15,8 +15,14 @@ declares the ``slo`` preset's classes (`integrations.vllm_v1.config.slo`). Other
 of the entry belong to the serving layer (see `integrations.vllm_v1.serving`) and to
 hooks (``hooks``: import paths of extra `SchedulerHook` factories).
 
-    vllm serve MODEL --scheduler-cls integrations.vllm_v1.scheduling.PolicyScheduler \\
+    vllm serve MODEL --scheduler-cls integrations.vllm_v1.scheduling.scheduler.PolicyScheduler \\
+        --middleware integrations.vllm_v1.serving.middleware.PolicyMiddleware \\
         --additional-config '{"llm_serving_policies": {"pipeline": "default"}}'
+
+(``integrations.vllm_v1.scheduling.scheduler.AsyncPolicyScheduler`` under asynchronous
+scheduling, vLLM's GPU default.) With our entry declared, the vLLM plugin
+(`integrations.vllm_v1.plugin`) checks it all at once before the engine starts and turns
+on what the serving layer needs (the rejection channel, ``/metrics`` across processes).
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ def resolve_pipeline(spec: object, *, tenant_weights: Mapping[str, float] = {}, 
     if isinstance(spec, Pipeline):
         return spec
     if isinstance(spec, Mapping):
-        return build_pipeline(spec)
+        return build_pipeline(spec, where=f"{CONFIG_KEY}.pipeline")
     if not isinstance(spec, str):
         raise PipelineConfigError(f"{CONFIG_KEY}.pipeline must be a preset name, an import "
                                   f"path or a mapping, got {type(spec).__name__}")
@@ -88,7 +94,7 @@ def resolve_pipeline(spec: object, *, tenant_weights: Mapping[str, float] = {}, 
     if slo is not None:
         raise PipelineConfigError(f"{CONFIG_KEY}.slo is read by the slo preset only")
     if spec.endswith(_FILE_SUFFIXES):
-        return build_pipeline(_read_mapping(Path(spec)))
+        return build_pipeline(_read_mapping(Path(spec)), where=f"{spec}: pipeline")
     if ":" not in spec:
         raise PipelineConfigError(
             f"unknown pipeline {spec!r}: use one of {sorted(PRESETS)}, 'package.module:attr', "
