@@ -123,15 +123,35 @@ async def _stream(response: aiohttp.ClientResponse, record: RequestRecord, live:
     return finish, usage
 
 
+@attrs.define(eq=False)
+class HttpReply:
+    """What the HTTP layer answered one request (beside its `RequestRecord`)."""
+
+    send_lag_s: float | None = None
+    """How late the client sent it after its arrival time (its times are shifted by this)."""
+    status: int | None = None
+    """The response's HTTP status; None when no response came."""
+    retry_after: str | None = None
+    """The ``Retry-After`` header of a non-200 response."""
+    body: str = ""
+    """The start of a non-200 response's body (the reason a server gives)."""
+
+
+REPLY_BODY_CHARS = 300
+
+
 async def send(session: aiohttp.ClientSession, url: str, body: dict, live: LiveRequest,
-               record: RequestRecord, start: float) -> None:
-    """Send one request at its arrival time and close ``record`` with its outcome.
+               record: RequestRecord, start: float, reply: HttpReply | None = None) -> None:
+    """Send one request at its arrival time and close ``record`` with its outcome (and fill
+    ``reply``, if given, with what the HTTP layer answered).
 
     Token times are shifted so that the actual send time reads as the arrival
     time: a client that falls behind does not inflate TTFT.
     """
+    reply = reply if reply is not None else HttpReply()
     await asyncio.sleep(max(0.0, start + live.request.arrival_s - time.perf_counter()))
     sent = time.perf_counter()
+    reply.send_lag_s = sent - start - live.request.arrival_s
 
     def clock() -> float:
         return time.perf_counter() - sent + live.request.arrival_s
@@ -139,8 +159,11 @@ async def send(session: aiohttp.ClientSession, url: str, body: dict, live: LiveR
     try:
         async with asyncio.timeout(live.cancel_after_s):
             async with session.post(f"{url}/v1/completions", json=body) as response:
+                reply.status = response.status
                 if response.status != 200:
                     text = await response.text()
+                    reply.retry_after = response.headers.get("Retry-After")
+                    reply.body = text[:REPLY_BODY_CHARS]
                     record.finish("rejected", clock(), _rejection_reason(
                         response.status, text, response.headers.get("Retry-After")))
                     return
@@ -196,9 +219,12 @@ async def _sample(session: aiohttp.ClientSession, url: str, start: float, every_
 async def play(url: str, model: str, requests: Sequence[LiveRequest], *, with_priority: bool,
                sample_every_s: float = 0.5, drain_timeout_s: float = 120.0,
                max_tokens: MaxTokens = "output", max_model_len: int | None = None,
+               replies: Sequence[HttpReply] | None = None, fresh_connections: bool = False,
                ) -> tuple[list[RequestRecord], list[EngineSample]]:
     """Send every request at its arrival time; one closed record per request, and the samples.
-    ``max_tokens`` and ``max_model_len``: as in `request_body`.
+    ``max_tokens`` and ``max_model_len``: as in `request_body`; ``replies``: one `HttpReply`
+    per request, filled as it is answered; ``fresh_connections``: each request on a
+    connection of its own (none kept alive for the next).
 
     Requests still open ``drain_timeout_s`` after the last arrival are cancelled
     (outcome ``cancelled``, reason ``client_timeout``), so every offered request
@@ -208,14 +234,15 @@ async def play(url: str, model: str, requests: Sequence[LiveRequest], *, with_pr
     samples: list[EngineSample] = []
     done = asyncio.Event()
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
-                                     timeout=timeout) as session:
+    connector = aiohttp.TCPConnector(limit=0, force_close=fresh_connections)
+    replies = replies if replies is not None else [HttpReply() for _ in requests]
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         start = time.perf_counter()
         sampler = asyncio.create_task(_sample(session, url, start, sample_every_s, samples, done))
         tasks = [asyncio.create_task(send(session, url, request_body(
             live, model, with_priority=with_priority, max_tokens=max_tokens,
-            max_model_len=max_model_len), live, record, start))
-            for live, record in zip(requests, records, strict=True)]
+            max_model_len=max_model_len), live, record, start, reply))
+            for live, record, reply in zip(requests, records, replies, strict=True)]
         last_arrival_s = max((live.request.arrival_s for live in requests), default=0.0)
         await asyncio.wait(tasks, timeout=last_arrival_s + drain_timeout_s)
         for task in tasks:

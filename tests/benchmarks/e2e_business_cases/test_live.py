@@ -11,6 +11,7 @@ from aiohttp import web
 from benchmarks.e2e_business_cases.live import WARM_UP_PROMPT, LiveScale, live_requests
 from benchmarks.e2e_business_cases.live_client import (
     STOP_TOKEN_ID,
+    HttpReply,
     LiveRequest,
     parse_gauges,
     play,
@@ -121,6 +122,19 @@ def test_client_classifies_rejections_empty_streams_cancels_and_completions():
     assert done.outcome == "completed"
     assert len(done.token_times_s) == 4  # three chunks, four tokens by the usage
     assert done.cached_tokens == 20  # 2 of 4 live prompt tokens -> half of 40
+
+
+def test_replies_keep_the_http_status_retry_after_and_reason_on_fresh_connections():
+    requests = [_live(1), _live(4)]
+    replies = [HttpReply() for _ in requests]
+    records, _ = asyncio.run(_play_against_stub(requests, replies=replies,
+                                                fresh_connections=True))
+    rejected, done = replies
+    assert (rejected.status, rejected.retry_after) == (503, "2")
+    assert "queue_full" in rejected.body
+    assert (done.status, done.retry_after, done.body) == (200, None, "")
+    assert all(reply.send_lag_s >= 0 for reply in replies)
+    assert [r.outcome for r in records] == ["rejected", "completed"]
 
 
 def test_a_client_hiding_the_length_asks_for_the_context_and_ends_the_answer_by_a_stop_token():

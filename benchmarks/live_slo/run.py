@@ -1,0 +1,256 @@
+"""Run the live overload benchmark: servers one at a time, capacity first, then every scenario.
+
+Each system is vLLM's own OpenAI server (``python -m vllm.entrypoints.openai.api_server``)
+on 127.0.0.1 with the same dummy-weight model and engine flags (`LiveScale.vllm_args`: KV
+size, ``max_num_seqs``, tokens per step); only the policy flags differ:
+
+- ``slo``: the ``slo`` preset with the README's declaration (`summary.DECLARATION`);
+- ``fcfs``, ``priority``: stock ``--scheduling-policy``;
+- ``stock+queue-caps:priority:reqs=N``: stock ``priority`` with vLLM's own frontend
+  admission, ``N`` from the measured capacity times a queueing time (`QUEUE_WAIT_S`).
+
+Capacity is measured first on a stock ``fcfs`` server: the open-loop rate rises by
+`CAPACITY_STEP` until goodput stops rising; capacity is the offered rate where it peaked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import attrs
+
+from benchmarks.e2e_business_cases.live import (
+    LiveScale,
+    _warm_up,
+    free_port,
+    served_model,
+    start_server,
+)
+from benchmarks.e2e_business_cases.live_client import HttpReply, LiveRequest, play
+from benchmarks.live_slo.summary import (
+    DECLARATION,
+    SLO_SYSTEM,
+    SPEC,
+    evaluate_goals,
+    run_metrics,
+)
+from benchmarks.live_slo.workload import Scenario, build_requests, poisson_arrivals
+from benchmarks.ray_serve_live import MODEL_SPEC
+from benchmarks.replay.systems import QUEUE_CAPS
+from integrations.vllm_v1.config.slo import slo_pipeline
+from integrations.vllm_v1.serving.server import LocalServer, serve
+
+STOCK = ("fcfs", "priority")
+QUEUE_WAIT_S = (0.5, 1.0, 2.0)
+"""Queue caps of the stock sweep: capacity x these seconds of queueing (the TTFT targets:
+chat 0.5 s, rag 2 s)."""
+CAPACITY_START_RPS = 2.0
+CAPACITY_STEP = 1.5
+CAPACITY_MAX_STEPS = 10
+CAPACITY_DROP = 0.8
+"""Stop raising the rate once goodput falls below this share of the peak."""
+CONTENTION_MAX_S = 900.0
+"""The busy-loop child's own time limit, should the benchmark die without stopping it."""
+
+
+def queue_cap_systems(capacity_rps: float, waits_s: Sequence[float] = QUEUE_WAIT_S
+                      ) -> list[str]:
+    """The stock queue-caps sweep: ``priority`` with at most capacity x wait queued requests."""
+    depths = dict.fromkeys(max(1, round(capacity_rps * wait)) for wait in waits_s)
+    return [f"{QUEUE_CAPS}:priority:reqs={depth}" for depth in depths]
+
+
+def start_system(system: str, scale: LiveScale, *, model: str, log_path: Path) -> LocalServer:
+    """The OpenAI server of one system (see the module docs)."""
+    if system == SLO_SYSTEM:
+        return serve(slo_pipeline(SPEC), model, port=free_port(), vllm_args=scale.vllm_args(),
+                     log_path=str(log_path))
+    return start_server(system, scale, model=model, log_path=log_path)
+
+
+class Contention:
+    """A CPU-bound child process (a busy loop, bounded by `CONTENTION_MAX_S`) while open,
+    stopped by its pid on exit."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Contention:
+        code = (f"import time\nend = time.monotonic() + {CONTENTION_MAX_S}\n"
+                "while time.monotonic() < end:\n    pass\n")
+        self.process = subprocess.Popen([sys.executable, "-c", code])
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    """What one benchmark invocation runs."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    scenarios: tuple[Scenario, ...]
+    base_systems: tuple[str, ...] = (SLO_SYSTEM, *STOCK)
+    queue_waits_s: tuple[float, ...] = QUEUE_WAIT_S
+    capacity_step_s: float = 20.0
+    drain_s: float = 60.0
+    """Requests still open this long after the last arrival are cancelled (admitted, missed)."""
+    server_per_run: bool = True
+    """A fresh server for every run (seed, scenario, system, in that loop order); False: one
+    server per seed and system, reused for every scenario."""
+    capacity_rps: float | None = None
+    """Skip the capacity measurement and use this."""
+    scale: LiveScale = LiveScale()
+
+
+def model_dir() -> str:
+    """The benchmark's dummy-weight model (the Ray Serve live benchmark's shape)."""
+    from integrations.vllm_v1.instruments.tiny_model import TinyModelSpec, tiny_model_dir
+
+    return str(tiny_model_dir("dummy", spec=TinyModelSpec(**MODEL_SPEC)))
+
+
+def _ready(server: LocalServer) -> str:
+    server.wait_until_healthy(timeout_s=600)
+    model = served_model(server)
+    _warm_up(server, model)
+    return model
+
+
+def play_run(server: LocalServer, model: str, system: str, requests: list[LiveRequest], *,
+             drain_s: float) -> tuple[list, list[HttpReply]]:
+    """Stream ``requests`` at their arrival times, one connection each; records and replies."""
+    replies = [HttpReply() for _ in requests]
+    records, _samples = asyncio.run(play(
+        server.url, model, requests, with_priority=system != "fcfs"
+        and not system.startswith(f"{QUEUE_CAPS}:fcfs"), drain_timeout_s=drain_s,
+        replies=replies, fresh_connections=True))
+    return records, replies
+
+
+def write_requests(path: Path, records: Sequence, replies: Sequence[HttpReply],
+                   requests: Sequence[LiveRequest]) -> None:
+    """One JSON line per request: what was sent and what the client saw."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as sink:
+        for record, reply, live in zip(records, replies, requests, strict=True):
+            sink.write(json.dumps({
+                "id": record.request_id, "tenant": record.tenant, "class": record.slo_class,
+                "prompt_tokens": record.prompt_tokens, "max_tokens": live.max_tokens,
+                "arrival_s": record.arrival_s, "send_lag_s": reply.send_lag_s,
+                "first_token_s": record.token_times_s[0] if record.token_times_s else None,
+                "finish_s": record.finish_s, "tokens": len(record.token_times_s),
+                "ttft_s": record.ttft_s, "tpot_s": record.tpot_s, "outcome": record.outcome,
+                "status": reply.status, "retry_after": reply.retry_after,
+                "reason": record.reason, "body": reply.body}) + "\n")
+
+
+def measure_capacity(settings: Settings, *, model: str, out: Path,
+                     progress: Callable[[str], None]) -> dict:
+    """Raise the open-loop rate on a stock ``fcfs`` server until goodput stops rising."""
+    steps, rate = [], CAPACITY_START_RPS
+    with start_system("fcfs", settings.scale, model=model,
+                      log_path=out / "logs" / "capacity_fcfs.log") as server:
+        served = _ready(server)
+        for index in range(CAPACITY_MAX_STEPS):
+            arrivals = poisson_arrivals(rate, settings.capacity_step_s, random.Random(index))
+            requests = build_requests(arrivals, seed=index, prefix=f"cap{index}-")
+            records, replies = play_run(server, served, "fcfs", requests,
+                                        drain_s=settings.drain_s)
+            metrics = run_metrics(records, replies, window_s=settings.capacity_step_s)
+            steps.append({"rate_rps": rate, **metrics})
+            progress(f"capacity {rate:.1f} req/s: goodput {metrics['goodput_rps']:.2f}")
+            peak = max(steps, key=lambda s: s["goodput_rps"])
+            if metrics["goodput_rps"] < CAPACITY_DROP * peak["goodput_rps"] or (
+                    len(steps) >= 3 and peak is steps[-3]):
+                break
+            rate *= CAPACITY_STEP
+    peak = max(steps, key=lambda s: s["goodput_rps"])
+    return {"capacity_rps": peak["rate_rps"], "peak_goodput_rps": peak["goodput_rps"],
+            "steps": steps, "step_s": settings.capacity_step_s}
+
+
+def run_order(seeds: Sequence[int], scenarios: Sequence[Scenario], systems: Sequence[str], *,
+              server_per_run: bool) -> list[tuple[int, Scenario, str]]:
+    """(seed, scenario, system) in the order they run: seed-major, then scenario, then system
+    (systems interleaved); with one server per seed and system, system before scenario."""
+    if server_per_run:
+        return [(seed, scenario, system) for seed in seeds for scenario in scenarios
+                for system in systems]
+    return [(seed, scenario, system) for seed in seeds for system in systems
+            for scenario in scenarios]
+
+
+def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], None],
+                  on_run: Callable[[], None] = lambda: None) -> dict:
+    """Measure capacity (unless given), run every (seed, scenario, system), write
+    ``requests.jsonl`` per run under ``out/runs/`` and return the summary."""
+    model = model_dir()
+    started = time.perf_counter()
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    capacity = ({"capacity_rps": settings.capacity_rps, "given": True}
+                if settings.capacity_rps else measure_capacity(
+                    settings, model=model, out=out, progress=progress))
+    capacity_rps = capacity["capacity_rps"]
+    systems = [*settings.base_systems,
+               *queue_cap_systems(capacity_rps, settings.queue_waits_s)]
+    runs: dict[str, dict[str, dict[str, dict]]] = {}
+    server, current = None, None
+    try:
+        for seed, scenario, system in run_order(settings.seeds, settings.scenarios, systems,
+                                                server_per_run=settings.server_per_run):
+            key = (seed, scenario.name, system) if settings.server_per_run else (seed, system)
+            if key != current:
+                if server is not None:
+                    server.stop()
+                name = "_".join(str(k) for k in key).replace(":", "-").replace("=", "")
+                server = start_system(system, settings.scale, model=model,
+                                      log_path=out / "logs" / f"{name}.log")
+                served, current = _ready(server), key
+            rng = random.Random(f"{seed}:{scenario.name}")
+            arrivals = scenario.arrivals(capacity_rps, rng)
+            requests = build_requests(arrivals, seed=seed, prefix=f"{scenario.name}-")
+            with Contention() if scenario.contention else contextlib.nullcontext():
+                records, replies = play_run(server, served, system, requests,
+                                            drain_s=settings.drain_s)
+            write_requests(out / "runs" / scenario.name / f"seed{seed}"
+                           / system.replace(":", "_") / "requests.jsonl",
+                           records, replies, requests)
+            metrics = run_metrics(records, replies, window_s=scenario.window_s(arrivals))
+            runs.setdefault(scenario.name, {}).setdefault(str(seed), {})[system] = metrics
+            progress(f"seed {seed} {scenario.name} {system}: "
+                     f"{metrics['admitted']}/{metrics['offered']} admitted, attainment "
+                     f"{_pct(metrics['admitted_slo_attainment'])}, goodput "
+                     f"{metrics['goodput_rps']:.2f} req/s")
+            on_run()
+    finally:
+        if server is not None:
+            server.stop()
+    scenarios = {s.name: attrs.asdict(s) for s in settings.scenarios}
+    return {"config": {"seeds": list(settings.seeds), "systems": systems,
+                       "scenarios": scenarios, "drain_s": settings.drain_s,
+                       "server_per_run": settings.server_per_run,
+                       "scale": attrs.asdict(settings.scale), "model_spec": MODEL_SPEC,
+                       "slo_declaration": DECLARATION},
+            "capacity": capacity, "runs": runs,
+            "goals": evaluate_goals(runs, scenarios),
+            "wall_s": time.perf_counter() - started}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f} %"

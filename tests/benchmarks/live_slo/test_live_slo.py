@@ -1,0 +1,185 @@
+"""The live overload benchmark's pure parts: the arrival schedule, the request mix, the
+client-side judgement of each run, the goals and the run order."""
+
+import random
+import statistics
+
+import pytest
+
+from benchmarks.e2e_business_cases.live_client import HttpReply
+from benchmarks.live_slo.__main__ import QUICK, build_parser, console_table, settings_from
+from benchmarks.live_slo.plots import load_series
+from benchmarks.live_slo.run import queue_cap_systems, run_order
+from benchmarks.live_slo.summary import evaluate_goals, judged_class, run_metrics
+from benchmarks.live_slo.workload import (
+    RAG_PROMPT_TOKENS,
+    SYSTEM_PROMPT_TOKENS,
+    Scenario,
+    build_requests,
+    poisson_arrivals,
+)
+from benchmarks.replay.records import RequestRecord
+
+
+def test_poisson_arrivals_are_ascending_in_the_window_and_average_the_rate():
+    counts = []
+    for seed in range(200):
+        times = poisson_arrivals(5.0, 10.0, random.Random(seed))
+        assert times == sorted(times) and all(0 <= t < 10.0 for t in times)
+        counts.append(len(times))
+    assert abs(statistics.mean(counts) - 50) < 2  # mean 50, sd of the mean 0.5
+    assert 4 < statistics.stdev(counts) < 10  # Poisson: sd sqrt(50) ~ 7
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert min(gaps) >= 0
+    assert poisson_arrivals(5.0, 10.0, random.Random(1)) == poisson_arrivals(
+        5.0, 10.0, random.Random(1))
+    with pytest.raises(ValueError, match="rate_rps and duration_s must be > 0"):
+        poisson_arrivals(0.0, 10.0, random.Random(0))
+
+
+def test_scenarios_need_exactly_one_load_and_bursts_scale_with_capacity():
+    with pytest.raises(ValueError, match="exactly one of load, burst and burst_s"):
+        Scenario(name="x", load=1.0, burst=5, duration_s=1.0)
+    with pytest.raises(ValueError, match="exactly one"):
+        Scenario(name="x")
+    with pytest.raises(ValueError, match="load and duration_s must be > 0"):
+        Scenario(name="x", load=2.0)
+    rng = random.Random(0)
+    assert Scenario(name="b", burst_s=10.0).arrivals(3.26, rng) == [0.0] * 33
+    assert Scenario(name="b", burst=7).arrivals(3.26, rng) == [0.0] * 7
+    poisson = Scenario(name="p", load=2.0, duration_s=30.0)
+    assert 150 < len(poisson.arrivals(5.0, rng)) < 450
+    assert poisson.window_s([1.0]) == 30.0 and Scenario(name="b", burst=3).window_s([0.0]) == 1
+
+
+def test_requests_mix_classes_and_tenants_and_share_each_tenants_prefix():
+    requests = build_requests([0.1 * i for i in range(600)], seed=3)
+    assert build_requests([0.0, 1.0], seed=3)[1].prompt_token_ids == requests[1].prompt_token_ids
+    kinds = [r.request.slo_class for r in requests]
+    assert 0.5 < kinds.count("chat") / 600 < 0.7
+    assert 0.1 < kinds.count("rag") / 600 < 0.3 and 0.1 < kinds.count(None) / 600 < 0.3
+    assert {r.request.tenant for r in requests} == {"acme", "globex"}
+    for live in requests:
+        assert len(live.prompt_token_ids) == live.request.prompt_tokens
+        assert live.max_tokens == live.request.output_tokens
+        if live.request.slo_class == "rag":
+            assert RAG_PROMPT_TOKENS[0] <= live.request.prompt_tokens <= RAG_PROMPT_TOKENS[1]
+    prefixes = {}
+    for live in requests:
+        prefixes.setdefault(live.request.tenant, set()).add(
+            live.prompt_token_ids[:SYSTEM_PROMPT_TOKENS])
+    assert all(len(p) == 1 for p in prefixes.values())
+    assert prefixes["acme"] != prefixes["globex"]
+    assert len({r.prompt_token_ids[SYSTEM_PROMPT_TOKENS:][:8] for r in requests}) == 600
+
+
+def _record(i, *, cls="chat", prompt=100, ttft=None, tpot=0.01, tokens=4, outcome="completed",
+            rejected_after=None):
+    record = RequestRecord(request_id=f"r{i}", arrival_s=1.0, prompt_tokens=prompt,
+                           output_tokens=tokens, tenant="acme", priority=0, slo_class=cls)
+    if rejected_after is not None:
+        record.finish("rejected", 1.0 + rejected_after, "rejected:slo_infeasible")
+        return record
+    if ttft is not None:
+        record.token_times_s = [1.0 + ttft + k * tpot for k in range(tokens)]
+    record.finish(outcome, record.token_times_s[-1] if record.token_times_s else 9.0)
+    return record
+
+
+def _reply(record):
+    if record.outcome == "rejected":
+        return HttpReply(send_lag_s=0.0, status=503, retry_after="1", body="x")
+    return HttpReply(send_lag_s=0.0, status=200)
+
+
+def test_a_run_is_judged_per_class_on_the_client():
+    records = [
+        _record(0, ttft=0.4),                       # chat, met
+        _record(1, ttft=0.6),                       # chat, TTFT missed
+        _record(2, ttft=0.1, tpot=0.06),            # chat, TPOT missed
+        _record(3, cls="rag", prompt=1200, ttft=1.9),  # rag, met
+        _record(4, cls=None, prompt=300, ttft=0.7),  # no class: judged as chat, missed
+        _record(5, ttft=None, outcome="cancelled"),  # admitted, no token
+        _record(6, rejected_after=0.05),            # chat, rejected in time
+        _record(7, cls="rag", rejected_after=2.5),  # rag, rejected too late
+    ]
+    assert judged_class(records[4]) == "chat"
+    long_plain = _record(8, cls=None, prompt=5000, ttft=1.0)
+    assert judged_class(long_plain) == "rag"
+    metrics = run_metrics(records, [_reply(r) for r in records], window_s=2.0)
+    assert (metrics["offered"], metrics["admitted"], metrics["rejected"], metrics["met"]) == (
+        8, 6, 2, 2)
+    assert metrics["admitted_slo_attainment"] == pytest.approx(2 / 6)
+    assert metrics["goodput_rps"] == pytest.approx(1.0)
+    assert metrics["rejected_in_time_share"] == 0.5
+    assert metrics["time_to_rejection_p99_s"] == pytest.approx(2.5, abs=0.03)
+    assert metrics["admitted_without_token"] == 1
+    assert metrics["rejections_with_retry_after"] == 2
+    assert metrics["statuses"] == {"200": 6, "503": 2}
+    assert metrics["by_class"]["rag"] == {"offered": 2, "admitted": 1, "met": 1}
+    assert metrics["by_class"]["none"] == {"offered": 1, "admitted": 1, "met": 0}
+    with pytest.raises(ValueError, match="window_s must be > 0"):
+        run_metrics(records, [_reply(r) for r in records], window_s=0)
+
+
+def _metrics(attainment, goodput, in_time=None):
+    return {"admitted_slo_attainment": attainment, "goodput_rps": goodput,
+            "rejected_in_time_share": in_time}
+
+
+def test_goals_hold_the_preset_to_the_best_stock_system_on_every_seed():
+    scenarios = {"1x": {"load": 1.0, "contention": False},
+                 "2x": {"load": 2.0, "contention": False},
+                 "burst": {"load": None, "contention": False},
+                 "2x-busy": {"load": 2.0, "contention": True}}
+    runs = {
+        "1x": {"0": {"slo": _metrics(0.99, 9.8), "fcfs": _metrics(1.0, 10.0)}},
+        "2x": {"0": {"slo": _metrics(0.96, 12.0), "fcfs": _metrics(0.5, 8.0),
+                     "priority": _metrics(0.7, 12.5)},
+               "1": {"fcfs": _metrics(0.5, 8.0)}},  # no slo run: no goal
+        "burst": {"0": {"slo": _metrics(0.97, 30.0, in_time=0.99), "fcfs": _metrics(0.2, 5)}},
+        "2x-busy": {"0": {"slo": _metrics(0.94, 9.0), "fcfs": _metrics(0.4, 5.0)}},
+    }
+    goals = {(g["scenario"], g["goal"]): g for g in evaluate_goals(runs, scenarios)}
+    assert len(goals) == 6
+    assert goals[("1x", "goodput >= 0.97x best stock")]["met"]
+    assert goals[("1x", "goodput >= 0.97x best stock")]["bound"] == pytest.approx(9.7)
+    assert goals[("2x", "admitted attainment")]["met"]
+    best = goals[("2x", "goodput >= best stock")]
+    assert (best["met"], best["best_stock"], best["bound"]) == (False, "priority", 12.5)
+    assert goals[("burst", "admitted attainment")]["met"]
+    assert not goals[("burst", "rejections within their TTFT target")]["met"]
+    assert not goals[("2x-busy", "admitted attainment")]["met"]
+
+
+def test_queue_caps_follow_capacity_and_the_run_order_interleaves_systems():
+    assert queue_cap_systems(7.0) == ["stock+queue-caps:priority:reqs=4",
+                                      "stock+queue-caps:priority:reqs=7",
+                                      "stock+queue-caps:priority:reqs=14"]
+    assert queue_cap_systems(1.0, (0.5, 1.0)) == ["stock+queue-caps:priority:reqs=1"]
+    one, two = Scenario(name="1x", load=1.0, duration_s=1.0), Scenario(name="b", burst=2)
+    order = run_order([0, 1], [one, two], ["slo", "fcfs"], server_per_run=True)
+    assert [(s, sc.name, sy) for s, sc, sy in order][:4] == [
+        (0, "1x", "slo"), (0, "1x", "fcfs"), (0, "b", "slo"), (0, "b", "fcfs")]
+    reused = run_order([0], [one, two], ["slo", "fcfs"], server_per_run=False)
+    assert [(sc.name, sy) for _, sc, sy in reused] == [
+        ("1x", "slo"), ("b", "slo"), ("1x", "fcfs"), ("b", "fcfs")]
+
+
+def test_the_command_line_builds_the_settings_and_the_table_reads_a_summary():
+    settings = settings_from(build_parser().parse_args(
+        ["--out", "x", "--quick", "--seeds", "1,2", "--queue-waits", "", "--capacity-rps",
+         "4"]))
+    assert settings.seeds == (1, 2) and settings.queue_waits_s == ()
+    assert settings.capacity_rps == 4 and settings.scenarios == QUICK.scenarios
+    summary = {"capacity": {"capacity_rps": 4.0},
+               "config": {"scenarios": {"1x": {"load": 1.0, "contention": False},
+                                        "b": {"load": None, "contention": False}}},
+               "runs": {"1x": {"0": {"slo": {**_metrics(1.0, 4.0), "admitted": 40,
+                                             "offered": 40, "ttft_p99_s": 0.2}}},
+                        "b": {"0": {"slo": {**_metrics(None, 0.0), "admitted": 0,
+                                            "offered": 40, "ttft_p99_s": None}}}},
+               "goals": []}
+    table = console_table(summary)
+    assert "1x" in table and "100.0%" in table and "0/40" in table
+    assert load_series(summary, "goodput_rps") == {"slo": [(1.0, 4.0)]}
