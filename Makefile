@@ -30,7 +30,8 @@ demo: $(STAMP)
 
 replay-demo: $(STAMP)
 	$(PY) -m benchmarks.replay --trace azure-conv --tenants servegen --rate-scale 4 \
-		--max-requests 2000 --systems fcfs,priority,pipeline:qos,pipeline:default --out $(OUT)/replay
+		--max-requests 2000 --systems fcfs,priority,pipeline:qos,pipeline:default,pipeline:slo \
+		--out $(OUT)/replay
 
 # The multi-node Ray Serve app on this machine: a 2-node local Ray cluster, 2 vLLM replicas
 # running the pipeline behind the OpenAI ingress and our request router; prints where each
