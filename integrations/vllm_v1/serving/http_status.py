@@ -20,6 +20,13 @@ client's own quota; 503: overload), ``Retry-After`` (429/503: the policy's
 ``retry_after_s`` rounded up, at least 1) and an error body in the route's format
 whose message names the reason. Responses with output, and errors, pass unchanged.
 
+Every response the engine judged says how (`Judged.headers`): ``x-slo-class``, the class
+the request was judged in (an admitted request's, from the channel, waiting at most
+`CLASS_WAIT_S` for it; an SLO rejection's, from its detail) and, for a demoted request,
+``x-slo-demoted-from``, the class it asked for. Without the channel's word, no header.
+A stream's first token is timed as it leaves (wall clock) and reported to the engine
+(`RejectionBook.report_first_token`), so that admission learns the path outside the engine.
+
 Without the channel (vLLM started by hand without it), a completions or chat stream
 that ends without a token, a finish reason or an error can only be a request dropped
 before its first token: it becomes 503 with ``Retry-After: 1`` and a message saying
@@ -29,19 +36,26 @@ the reason is unknown (`UNKNOWN_STREAM_REJECTION`).
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from integrations.vllm_v1.rejection import Rejection
 from integrations.vllm_v1.serving.asgi import Message, Send, send_error
-from integrations.vllm_v1.serving.rejection_channel import RejectionBook
+from integrations.vllm_v1.serving.rejection_channel import Judged, RejectionBook
 from integrations.vllm_v1.serving.routes import EngineRoute
 
 MAX_HELD_BYTES = 1 << 20
 """A response held this long without output is passed through."""
 CHANNEL_WAIT_S = 2.0
 """How long a response without output waits for the channel's word on its ticket."""
+CLASS_WAIT_S = 0.01
+"""How long a response's first chunk waits for the class the engine judged (sent on
+admission, so normally there long before the first token)."""
+SLO_REASONS = frozenset({"slo_ttft", "slo_tpot"})
+"""Rejection reasons whose detail is the class the request was judged in."""
 UNKNOWN_STREAM_REJECTION = Rejection(
     reason="dropped", detail="before its first token (reason unknown: no rejection channel)",
     retry_after_s=1.0)
@@ -136,6 +150,8 @@ class Responder:
     route: EngineRoute
     book: RejectionBook | None
     ticket: str | None
+    on_first_message: Callable[[], None] | None = None
+    """Called when vLLM sends the response's first message."""
     held: list[Message] = attrs.Factory(list)
     body: bytearray = attrs.Factory(bytearray)
     holding: bool = True
@@ -143,6 +159,9 @@ class Responder:
     streaming: bool = False
 
     async def send(self, message: Message) -> None:
+        if self.on_first_message is not None:
+            on_first, self.on_first_message = self.on_first_message, None
+            on_first()
         if self.answered:
             return  # the response was replaced by a rejection: drop the rest
         if not self.holding:
@@ -166,6 +185,8 @@ class Responder:
                     return
                 if has_output(payload):
                     await self._release()
+                    if "error" not in payload:
+                        self._first_token_sent(time.time())
                     return
         if more:
             if len(self.body) > MAX_HELD_BYTES:
@@ -182,7 +203,7 @@ class Responder:
         if self.streaming:
             payloads = sse_payloads(bytes(self.body))
         else:
-            payloads = [_json(bytes(self.body))]
+            payloads = [json_or_none(bytes(self.body))]
             if (rejection := payload_rejection(payloads[0])) is not None:
                 return rejection
             if has_output(payloads[0]):
@@ -199,18 +220,57 @@ class Responder:
     async def _answer(self, rejection: Rejection) -> None:
         self.holding = False
         self.answered = True
-        await send_error(self.downstream, rejection.http_status, rejection.message,
-                         anthropic=self.route.anthropic_errors,
+        judged = self._judged_now()
+        if judged is None and rejection.reason in SLO_REASONS and rejection.detail:
+            judged = Judged(rejection.detail)
+        await send_error(with_judged_headers(self.downstream, judged), rejection.http_status,
+                         rejection.message, anthropic=self.route.anthropic_errors,
                          retry_after=rejection.retry_after_header)
 
     async def _release(self) -> None:
         self.holding = False
         held, self.held = self.held, []
+        if held and held[0]["type"] == "http.response.start":
+            judged = self._judged_now()
+            if judged is None and held[0].get("status") == 200 and self.ticket is not None \
+                    and self.book is not None:
+                judged = await self.book.wait_judged(self.ticket, CLASS_WAIT_S)
+            held[0] = _started_with(held[0], judged)
         for message in held:
             await self.downstream(message)
 
+    def _judged_now(self) -> Judged | None:
+        if self.book is None or self.ticket is None:
+            return None
+        return self.book.judged(self.ticket)
 
-def _json(body: bytes) -> Any:
+    def _first_token_sent(self, sent_s: float) -> None:
+        if self.book is not None and self.ticket is not None:
+            self.book.report_first_token(self.ticket, sent_s)
+
+
+def _started_with(start: Message, judged: Judged | None) -> Message:
+    """A ``http.response.start`` message with ``judged``'s headers added."""
+    if judged is None:
+        return start
+    return {**start, "headers": [*start.get("headers", []), *judged.headers()]}
+
+
+def with_judged_headers(send: Send, judged: Judged | None) -> Send:
+    """``send`` with ``judged``'s headers added to the response's start."""
+    if judged is None:
+        return send
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = _started_with(message, judged)
+        await send(message)
+
+    return sending
+
+
+def json_or_none(body: bytes) -> Any:
+    """``body`` parsed as JSON, or None when it is not JSON (or nested too deeply)."""
     try:
         return json.loads(body)
     except (ValueError, RecursionError):

@@ -1,0 +1,398 @@
+"""The channel's SLO signals: message encodings, the engine-side hook over fake sockets, and
+over a stand-in for vLLM's app the class headers, the first-token report and the frontend
+gate."""
+
+import argparse
+import asyncio
+import json
+import time
+from collections import deque
+from types import SimpleNamespace
+
+import httpx
+import pytest
+import zmq
+from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
+from prometheus_client import REGISTRY
+from pydantic import BaseModel, ConfigDict
+
+from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.config.slo import slo_pipeline
+from integrations.vllm_v1.rejection import Rejection
+from integrations.vllm_v1.serving.middleware import PolicyMiddleware
+from integrations.vllm_v1.serving.rejection_channel import (
+    MAX_RETAINED_FINISHED,
+    RETAIN_FINISHED_S,
+    TICKET_KEY,
+    HearsClientFirstTokens,
+    Judged,
+    JudgesClasses,
+    RejectionBook,
+    RejectionChannelHook,
+    channel_address,
+    decode_engine_word,
+    decode_first_token,
+    encode_first_token,
+    encode_judged,
+    encode_rejection,
+    first_token_address,
+    new_channel_address,
+)
+
+# -- messages ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("judged", [Judged("chat"), Judged("batch", "chat"), Judged(None),
+                                    Judged("ünï\ncode", None)])
+def test_a_judged_class_round_trips(judged):
+    assert decode_engine_word(encode_judged("t1", judged)) == ("t1", judged)
+
+
+def test_a_rejection_round_trips_and_garbage_decodes_to_nothing():
+    rejection = Rejection(reason="slo_ttft", detail="chat", retry_after_s=2.5)
+    assert decode_engine_word(encode_rejection("t1", rejection)) == ("t1", rejection)
+    for garbage in (b"", b"t1", b"t1\nadmitted:", b"t1\nadmitted:[1, 2]", b"t1\nadmitted:{}",
+                    b"t1\nrejected:", b"\xff\xfe"):
+        assert decode_engine_word(garbage) is None, garbage
+
+
+def test_a_first_token_report_round_trips_exactly():
+    sent_s = time.time()
+    assert decode_first_token(encode_first_token("t1", sent_s)) == ("t1", sent_s)
+    for garbage in (b"t1\n", b"t1\nnan", b"t1\ninf", b"\n1.0", b"t1\nx"):
+        assert decode_first_token(garbage) is None, garbage
+
+
+def test_headers_name_the_class_and_the_demotion_in_printable_ascii_only():
+    assert Judged("chat").headers() == [(b"x-slo-class", b"chat")]
+    assert Judged("batch", "chat").headers() == [(b"x-slo-class", b"batch"),
+                                                 (b"x-slo-demoted-from", b"chat")]
+    assert Judged("ch\nat", "gøld").headers() == []
+    assert Judged(None).headers() == []
+
+
+def test_the_reverse_address_is_derived_from_the_channels():
+    assert first_token_address("ipc://@abc") == "ipc://@abc-first-token"
+    assert first_token_address("tcp://127.0.0.1:5555") == "tcp://127.0.0.1:5556"
+    with pytest.raises(PipelineConfigError, match="must name a TCP port below 65535"):
+        channel_address({"rejection_channel": "tcp://127.0.0.1:65535"})
+
+
+def test_the_slo_presets_admission_judges_classes_and_hears_first_tokens():
+    admission = slo_pipeline().admission
+    assert isinstance(admission, JudgesClasses) and isinstance(admission, HearsClientFirstTokens)
+
+
+# -- the engine-side hook over fake sockets -------------------------------------------
+
+
+class FakeSocket:
+    """A ZeroMQ socket's non-blocking send/recv: sends up to ``capacity``, receives ``inbox``."""
+
+    def __init__(self, capacity=1_000_000):
+        self.sent, self.inbox, self.capacity, self.closed = [], deque(), capacity, False
+
+    def send(self, data, flags=0):
+        assert flags == zmq.NOBLOCK
+        if len(self.sent) >= self.capacity:
+            raise zmq.Again()
+        self.sent.append(data)
+
+    def recv(self, flags=0):
+        assert flags == zmq.NOBLOCK
+        if not self.inbox:
+            raise zmq.Again()
+        return self.inbox.popleft()
+
+    def close(self, linger=None):
+        self.closed = True
+
+
+class Judge:
+    """An admission policy with the two capabilities, answering from a table."""
+
+    def __init__(self, classes):
+        self.classes, self.first_tokens = classes, []
+
+    def judged_class(self, request_id):
+        return self.classes.get(request_id)
+
+    def on_client_first_token(self, request_id, sent_s):
+        self.first_tokens.append((request_id, sent_s))
+
+
+def hook_over_fakes(admission, capacity=1_000_000):
+    clock = [100.0]
+    scheduler = SimpleNamespace(
+        vllm_config=SimpleNamespace(additional_config={"llm_serving_policies": {
+            "rejection_channel": new_channel_address()}}),
+        pipeline=SimpleNamespace(admission=admission), metrics=None, clock=lambda: clock[0])
+    push, pull = FakeSocket(capacity), FakeSocket()
+    return RejectionChannelHook(scheduler, sockets=(push, pull)), push, pull, clock
+
+
+def request(request_id, ticket):
+    extra = {TICKET_KEY: ticket} if ticket else {}
+    return SimpleNamespace(request_id=request_id,
+                           sampling_params=SimpleNamespace(extra_args=extra))
+
+
+def finish(hook, req):
+    with hook.releasing(req, preempted=False):
+        pass
+
+
+def test_the_class_judged_is_sent_at_the_next_step_and_rejections_at_once():
+    judge = Judge({"r1": ("chat", None), "r2": ("batch", "chat")})
+    hook, push, _, _ = hook_over_fakes(judge)
+    for rid, ticket in (("r1", "t1"), ("r2", "t2"), ("r3", "t3"), ("r4", None)):
+        hook.on_arrival(request(rid, ticket))
+        hook.on_admitted(request(rid, ticket), "default")
+    assert push.sent == []  # the admission policy hears of it after the hooks
+    hook.before_schedule(100.0)
+    assert [decode_engine_word(m) for m in push.sent] == [
+        ("t1", Judged("chat")), ("t2", Judged("batch", "chat")), ("t3", Judged(None))]
+    rejection = Rejection(reason="slo_ttft", detail="chat", retry_after_s=1)
+    hook.on_arrival(request("r5", "t5"))
+    hook.on_rejected(request("r5", "t5"), rejection)
+    assert decode_engine_word(push.sent[-1]) == ("t5", rejection)
+    assert hook.stats().tracked == 3
+
+
+def test_without_a_judging_admission_only_rejections_are_sent():
+    hook, push, _, _ = hook_over_fakes(None)
+    hook.on_arrival(request("r1", "t1"))
+    hook.on_admitted(request("r1", "t1"), "default")
+    hook.before_schedule(100.0)
+    assert push.sent == []
+
+
+def test_first_token_reports_reach_the_admission_once_finished_too_and_unknown_are_counted():
+    judge = Judge({})
+    hook, _, pull, clock = hook_over_fakes(judge)
+    for rid, ticket in (("r1", "t1"), ("r2", "t2")):
+        hook.on_arrival(request(rid, ticket))
+    finish(hook, request("r2", "t2"))  # a short request can finish before its report comes
+    pull.inbox.extend([encode_first_token("t1", 1.5), encode_first_token("t2", 2.5),
+                       encode_first_token("t1", 3.5), encode_first_token("nope", 4.5),
+                       b"garbage"])
+    hook.before_schedule(clock[0])
+    assert judge.first_tokens == [("r1", 1.5), ("r2", 2.5)]
+    stats = hook.stats()
+    assert (stats.first_tokens, stats.unmatched, stats.tracked) == (2, 3, 0)
+
+
+def test_finished_requests_are_forgotten_after_a_while():
+    judge = Judge({})
+    hook, _, pull, clock = hook_over_fakes(judge)
+    hook.on_arrival(request("r1", "t1"))
+    hook.on_arrival(request("r2", "t2"))
+    finish(hook, request("r1", "t1"))
+    hook.before_schedule(clock[0] + RETAIN_FINISHED_S - 1)
+    assert hook.stats().tracked == 2
+    hook.before_schedule(clock[0] + RETAIN_FINISHED_S + 1)
+    assert (hook.stats().tracked, hook.stats().expired) == (1, 1)  # r2 runs on
+    pull.inbox.append(encode_first_token("t1", 1.0))
+    hook.before_schedule(clock[0] + RETAIN_FINISHED_S + 2)
+    assert judge.first_tokens == [] and hook.stats().unmatched == 1
+    assert MAX_RETAINED_FINISHED >= 1_000  # and never more than that many are kept
+
+
+def test_a_full_channel_drops_and_counts():
+    hook, push, _, _ = hook_over_fakes(Judge({}), capacity=1)
+    for i in range(3):
+        hook.on_rejected(request(f"r{i}", f"t{i}"), Rejection(reason="queue_full"))
+    assert len(push.sent) == 1 and hook.stats().dropped == 2
+
+
+def test_shutdown_closes_both_sockets():
+    hook, push, pull, _ = hook_over_fakes(None)
+    hook.shutdown(0.0)
+    assert push.closed and pull.closed
+
+
+# -- over a stand-in for vLLM's app ---------------------------------------------------
+
+CLASSES = {"fast": {"ttft_s": 0.001, "tpot_s": 1.0}, "slow": {"ttft_s": 100.0, "tpot_s": 1.0}}
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    prompt: str = ""
+    vllm_xargs: dict | None = None
+    stream: bool = False
+
+
+def stand_in(entry):
+    """(app, state): ``/v1/completions`` answers as vLLM would, after telling the channel
+    the class in ``vllm_xargs.judged`` (and waiting, bounded, until the book has it)."""
+    address = new_channel_address()
+    app = FastAPI()
+    app.state.args = argparse.Namespace(additional_config={"llm_serving_policies": {
+        "rejection_channel": address, **entry}})
+    context = zmq.Context.instance()
+    push = context.socket(zmq.PUSH)
+    push.setsockopt(zmq.LINGER, 0)
+    push.connect(address)
+    reports = context.socket(zmq.PULL)
+    reports.setsockopt(zmq.LINGER, 0)
+    reports.bind(first_token_address(address))
+    state = SimpleNamespace(received=[], reports=reports, held=None)
+
+    @app.post("/v1/completions")
+    async def completions(body: Body):
+        xargs = body.vllm_xargs or {}
+        state.received.append(xargs)
+        if xargs.get("hold"):
+            await state.held.wait()
+        if "service_s" in xargs:
+            await asyncio.sleep(xargs["service_s"])  # the stage's own work, simulated
+        if xargs.get("judged"):
+            push.send(encode_judged(xargs[TICKET_KEY], Judged(*xargs["judged"])))
+            book = book_of(app)
+            for _ in range(2000):  # bounded: until the book has read it
+                if book.judged(xargs[TICKET_KEY]) is not None:
+                    break
+                await asyncio.sleep(0.001)
+        if "reject" in xargs:
+            reason, _, detail = xargs["reject"].partition(":")
+            rejection = Rejection(reason=reason, detail=detail, retry_after_s=1)
+            push.send(encode_rejection(xargs[TICKET_KEY], rejection))
+            if body.stream:  # vLLM drops a rejected stream's only output
+                return StreamingResponse(iter(["data: [DONE]\n\n"]),
+                                         media_type="text/event-stream")
+            return {"choices": [{"text": "", "finish_reason": "abort",
+                                 "stop_reason": rejection.stop_reason}]}
+        if body.stream:
+            async def stream():
+                yield 'data: {"choices": [{"text": "", "index": 0}]}\n\n'
+                yield f"data: {json.dumps({'choices': [{'text': 'tok', 'index': 0}]})}\n\n"
+                yield "data: [DONE]\n\n"
+            return StreamingResponse(stream(), media_type="text/event-stream")
+        return {"choices": [{"text": "tok", "finish_reason": "length"}],
+                "usage": {"completion_tokens": 1}}
+
+    app.add_middleware(PolicyMiddleware)
+    return app, state
+
+
+def policy_middleware(app):
+    layer = app.middleware_stack
+    while not isinstance(layer, PolicyMiddleware):
+        layer = layer.app
+    return layer
+
+
+def book_of(app) -> RejectionBook:
+    return policy_middleware(app)._setup.book
+
+
+async def post(client, xargs, stream=False, headers=None):
+    return await client.post("/v1/completions", json={"prompt": "x", "stream": stream,
+                                                      "vllm_xargs": xargs}, headers=headers)
+
+
+def run(app, scenario):
+    async def go():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await scenario(client)
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_served_and_demoted_responses_name_their_class(stream):
+    app, _ = stand_in({})
+
+    async def scenario(client):
+        return [await post(client, {"judged": judged}, stream)
+                for judged in (["chat", None], ["batch", "chat"], None)]
+
+    served, demoted, silent = run(app, scenario)
+    assert served.status_code == demoted.status_code == silent.status_code == 200
+    assert served.headers["x-slo-class"] == "chat" and "x-slo-demoted-from" not in served.headers
+    assert (demoted.headers["x-slo-class"], demoted.headers["x-slo-demoted-from"]) == (
+        "batch", "chat")
+    assert "x-slo-class" not in silent.headers  # no word from the engine: no header
+    assert "tok" in served.text and "tok" in demoted.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_slo_rejection_names_the_class_it_was_judged_in(stream):
+    app, _ = stand_in({})
+    reply = run(app, lambda client: post(client, {"reject": "slo_ttft:chat"}, stream))
+    assert reply.status_code == 503 and reply.headers["x-slo-class"] == "chat"
+    assert "x-slo-demoted-from" not in reply.headers
+    reply = run(app, lambda client: post(client, {"reject": "queue_full"}, stream))
+    assert reply.status_code == 503 and "x-slo-class" not in reply.headers
+
+
+def test_a_streams_first_token_is_reported_to_the_engine_with_its_ticket():
+    app, state = stand_in({})
+
+    async def scenario(client):
+        before = time.time()
+        reply = await post(client, {"judged": ["chat", None]}, stream=True)
+        return before, reply, time.time()
+
+    before, reply, after = run(app, scenario)
+    assert reply.status_code == 200
+    assert state.reports.poll(5000), "no first-token report"
+    ticket, sent_s = decode_first_token(state.reports.recv())
+    assert ticket == state.received[-1][TICKET_KEY]
+    assert before <= sent_s <= after
+    run(app, lambda client: post(client, {}, stream=False))
+    assert not state.reports.poll(200)  # a whole response reports nothing
+
+
+def gauge(name, **labels):
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_the_frontend_gate_refuses_at_once_what_the_stage_alone_makes_late():
+    app, state = stand_in({"pipeline": "slo", "slo": {"classes": CLASSES,
+                                                      "tenants": {"acme": "slow"}}})
+    refused_before = gauge("policies:frontend_gate_rejections_total", slo_class="fast")
+
+    async def scenario(client):
+        state.held = asyncio.Event()
+        for _ in range(10):  # the stage learns its rate: ~10 ms a request
+            assert (await post(client, {"service_s": 0.01})).status_code == 200
+        held = [asyncio.create_task(post(client, {"hold": True, "tenant": "acme"}))
+                for _ in range(5)]
+        stage = policy_middleware(app)._setup.frontend
+        for _ in range(5000):  # bounded: until all five are in the stage
+            if stage.gate.in_stage == 5:
+                break
+            await asyncio.sleep(0.001)
+        offered = len(state.received)
+        refused = await post(client, {"slo_class": "fast"})
+        tightest = await post(client, {})
+        loose = await post(client, {"tenant": "acme"})
+        forwarded = len(state.received) - offered
+        state.held.set()
+        return refused, tightest, loose, forwarded, await asyncio.gather(*held)
+
+    refused, tightest, loose, forwarded, held = run(app, scenario)
+    for reply in (refused, tightest):
+        assert reply.status_code == 503, reply.text
+        assert reply.headers["retry-after"] == "1" and reply.headers["x-slo-class"] == "fast"
+        message = reply.json()["error"]["message"]
+        assert message.startswith("request rejected by the scheduler: frontend_busy: fast: "
+                                  "predicted wait before the engine"), message
+        assert Rejection.from_message(message).reason == "frontend_busy"
+    assert loose.status_code == 200  # the tenant's class waits 100 s
+    assert forwarded == 1  # the refused ones never reached vLLM
+    assert [r.status_code for r in held] == [200] * 5
+    assert gauge("policies:frontend_gate_rejections_total",
+                 slo_class="fast") - refused_before == 2
+    assert gauge("policies:frontend_stage_requests") == 0
+    assert gauge("policies:frontend_service_rate") > 0
+
+
+def test_without_the_slo_preset_there_is_no_gate():
+    app, _ = stand_in({})
+    run(app, lambda client: post(client, {}))
+    assert policy_middleware(app)._setup.frontend is None
