@@ -9,9 +9,13 @@ reaches the scheduler (`integrations.vllm_v1.serving.routes`), one request is on
 2. the request checked before vLLM sees it: who (tenant credential), what (scheduling
    metadata), may it (tenant limits), then passed on with the credential's tenant and
    the ticket (`integrations.vllm_v1.serving.http_validation.forward_checked`);
-3. the response passed through a `Responder`
+3. with the ``slo`` preset, the frontend gate (`integrations.vllm_v1.serving.frontend`):
+   503 ``frontend_busy`` at once when the wait before the engine alone breaks the
+   request's TTFT target;
+4. the response passed through a `Responder`
    (`integrations.vllm_v1.serving.http_status`), which answers a rejection with its
-   status, reason and ``Retry-After``.
+   status, reason and ``Retry-After``, and names the class the engine judged
+   (``x-slo-class``).
 
 The ticket travels as a local of that call, not through the ASGI scope. Other routes
 and other scope types pass straight through. On ``SIGTERM`` it drains
