@@ -18,10 +18,16 @@ Both rejections are HTTP 503 without a Retry-After header (``QueueOverflowError`
 ``MaxQueuedTokensError``); the replay records them as ``rejected:max_num_queued_reqs`` and
 ``rejected:max_num_queued_tokens``, with no ``retry_after_s``.
 
+The stock sweep also covers vLLM's chunked-prefill knobs, which tuned agentic deployments
+run: ``long_prefill_token_threshold`` (a long prompt takes at most that many tokens a step
+beside other requests) and ``long_prefill_token_threshold_adaptive`` (that cap floored at the
+token budget's fair share among the queued and running requests), alone and with queue caps.
+
 System names: ``fcfs``, ``priority``, ``pipeline:SPEC`` (`benchmarks.replay.driver`),
-``stock+queue-caps:BASE[:reqs=N][:tokens=N]`` (one setting on stock ``fcfs`` or ``priority``)
-and ``stock+queue-caps`` alone, which names the best setting of `QUEUE_CAPS_SWEEP` (a run
-replays every setting and reports the sweep; see `best_queue_caps`).
+``stock+queue-caps:BASE[:reqs=N][:tokens=N][:chunk=N[:adaptive]]`` (one stock setting on
+``fcfs`` or ``priority``) and ``stock+queue-caps`` alone, which names the best setting of
+`QUEUE_CAPS_SWEEP` (a run replays every setting and reports the sweep; see
+`best_queue_caps`).
 """
 
 from __future__ import annotations
@@ -50,22 +56,38 @@ def _optional_positive(_instance: object, attribute: attrs.Attribute, value: int
 
 @attrs.frozen(kw_only=True)
 class QueueCaps:
-    """One setting of vLLM's frontend admission on one stock queue policy."""
+    """One stock vLLM setting: a queue policy, its frontend admission caps and its
+    chunked-prefill knobs."""
 
     base: StockPolicy = attrs.field(
         default="fcfs", validator=attrs.validators.in_(("fcfs", "priority")))
     """vLLM's ``--scheduling-policy``."""
     max_num_queued_reqs: int | None = attrs.field(default=None, validator=_optional_positive)
     max_num_queued_tokens: int | None = attrs.field(default=None, validator=_optional_positive)
+    long_prefill_token_threshold: int | None = attrs.field(default=None,
+                                                           validator=_optional_positive)
+    """vLLM's ``--long-prefill-token-threshold`` (None: the engine's own)."""
+    adaptive: bool = False
+    """vLLM's ``--long-prefill-token-threshold-adaptive`` (needs the threshold)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.adaptive and not self.long_prefill_token_threshold:
+            raise ValueError("adaptive needs a long_prefill_token_threshold (vLLM ignores it "
+                             "without one)")
 
     @property
     def name(self) -> str:
-        """``stock+queue-caps:BASE[:reqs=N][:tokens=N]`` (parsed back by `parse`)."""
+        """``stock+queue-caps:BASE[:reqs=N][:tokens=N][:chunk=N[:adaptive]]`` (parsed back
+        by `parse`)."""
         parts = [QUEUE_CAPS, self.base]
         if self.max_num_queued_reqs is not None:
             parts.append(f"reqs={self.max_num_queued_reqs}")
         if self.max_num_queued_tokens is not None:
             parts.append(f"tokens={self.max_num_queued_tokens}")
+        if self.long_prefill_token_threshold is not None:
+            parts.append(f"chunk={self.long_prefill_token_threshold}")
+        if self.adaptive:
+            parts.append("adaptive")
         return ":".join(parts)
 
     @classmethod
@@ -73,22 +95,35 @@ class QueueCaps:
         """The setting a `name` describes.
 
         Raises:
-            ValueError: naming the part that is not ``fcfs``/``priority``, ``reqs=N`` or
-                ``tokens=N``.
+            ValueError: naming the part that is not ``fcfs``/``priority``, ``reqs=N``,
+                ``tokens=N``, ``chunk=N`` or ``adaptive``.
         """
         head, *parts = name.split(":")
         if head != QUEUE_CAPS or not parts:
-            raise ValueError(f"{name!r}: expected {QUEUE_CAPS}:BASE[:reqs=N][:tokens=N]")
-        keys = {"reqs": "max_num_queued_reqs", "tokens": "max_num_queued_tokens"}
-        values: dict[str, int] = {}
+            raise ValueError(f"{name!r}: expected "
+                             f"{QUEUE_CAPS}:BASE[:reqs=N][:tokens=N][:chunk=N[:adaptive]]")
+        keys = {"reqs": "max_num_queued_reqs", "tokens": "max_num_queued_tokens",
+                "chunk": "long_prefill_token_threshold"}
+        values: dict[str, int | bool] = {}
         for part in parts[1:]:
+            if part == "adaptive":
+                values["adaptive"] = True
+                continue
             key, sep, value = part.partition("=")
             if not sep or key not in keys or not value.isdigit():
-                raise ValueError(f"{name!r}: {part!r} is not reqs=N or tokens=N")
+                raise ValueError(f"{name!r}: {part!r} is not reqs=N, tokens=N, chunk=N or "
+                                 "adaptive")
             values[keys[key]] = int(value)
         if parts[0] not in ("fcfs", "priority"):
             raise ValueError(f"{name!r}: base {parts[0]!r} is not fcfs or priority")
         return cls(base=parts[0], **values)
+
+    def engine_shape(self, shape: EngineShape) -> EngineShape:
+        """``shape`` with this setting's chunked-prefill knobs."""
+        if self.long_prefill_token_threshold is None:
+            return shape
+        return attrs.evolve(shape, long_prefill_token_threshold=self.long_prefill_token_threshold,
+                            long_prefill_token_threshold_adaptive=self.adaptive)
 
     def rejection(self, unfinished_requests: int, queued_prompt_tokens: int) -> str | None:
         """The reason vLLM's ``check_admission`` would reject a request with, or None.
@@ -134,7 +169,7 @@ class QueueCappedHarness(SchedulerHarness):
     @classmethod
     def with_caps(cls, caps: QueueCaps, shape: EngineShape) -> QueueCappedHarness:
         """A harness over stock vLLM ``caps.base`` on an engine of ``shape``."""
-        return cls(build_scheduler(shape, None, caps.base), caps=caps)
+        return cls(build_scheduler(caps.engine_shape(shape), None, caps.base), caps=caps)
 
     @property
     def unfinished_requests(self) -> int:
@@ -188,16 +223,24 @@ class QueueCappedHarness(SchedulerHarness):
         assert self._queued_tokens == sum(self._prefilling.values()) >= 0
         assert set(self._prefilling) <= self._unfinished
 
+_CHUNKING = ({"long_prefill_token_threshold": 512}, {"long_prefill_token_threshold": 2048},
+             {"long_prefill_token_threshold": 512, "adaptive": True})
 QUEUE_CAPS_SWEEP: tuple[QueueCaps, ...] = tuple(
     QueueCaps(base=base, **setting)
     for base in ("fcfs", "priority")
     for setting in ({"max_num_queued_reqs": 128}, {"max_num_queued_reqs": 256},
                     {"max_num_queued_reqs": 512}, {"max_num_queued_tokens": 16384},
-                    {"max_num_queued_tokens": 32768}, {"max_num_queued_tokens": 65536}))
-"""The settings a ``stock+queue-caps`` run sweeps: each knob alone on each stock policy.
-Requests: half, one and two times ``max_num_seqs`` (256) in flight; tokens: about 0.5, 1 and 2 s
-of prefill at the H100 cost model's ~33k prefill tokens/s (vLLM's rule of thumb is
-``target_TTFT · prefill_throughput``)."""
+                    {"max_num_queued_tokens": 32768}, {"max_num_queued_tokens": 65536},
+                    *_CHUNKING,
+                    *({"long_prefill_token_threshold": 512, "adaptive": True, **caps}
+                      for caps in ({"max_num_queued_reqs": 256},
+                                   {"max_num_queued_tokens": 32768}))))
+"""The settings a ``stock+queue-caps`` run sweeps, on each stock policy: each queue knob
+alone, the chunked-prefill knobs alone, and the adaptive chunk with each knob's middle
+setting. Requests: half, one and two times ``max_num_seqs`` (256) in flight; tokens: about
+0.5, 1 and 2 s of prefill at the H100 cost model's ~33k prefill tokens/s (vLLM's rule of
+thumb is ``target_TTFT · prefill_throughput``); chunks: 512 tokens (the threshold agentic
+deployments report best, fixed and adaptive) and 2048."""
 
 def build_system(name: str, shape: EngineShape) -> SchedulerHarness:
     """A fresh harness for ``fcfs``, ``priority``, ``pipeline:SPEC`` or one

@@ -95,6 +95,11 @@ class EngineShape:
     max_model_len: int = 32768
     enable_prefix_caching: bool = True
     long_prefill_token_threshold: int = 0
+    """vLLM's ``--long-prefill-token-threshold``: the most prefill tokens a long prompt is
+    scheduled per step beside other requests (0: no cap)."""
+    long_prefill_token_threshold_adaptive: bool = False
+    """vLLM's ``--long-prefill-token-threshold-adaptive``: the cap is at least the token
+    budget's fair share among the queued and running requests."""
 
 
 @attrs.frozen
@@ -146,6 +151,7 @@ def build_scheduler(shape: EngineShape, pipeline: Pipeline | None,
         max_model_len=shape.max_model_len,
         enable_chunked_prefill=True,
         long_prefill_token_threshold=shape.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=shape.long_prefill_token_threshold_adaptive,
         policy=stock_policy,
         is_encoder_decoder=False,
     )

@@ -66,8 +66,12 @@ def test_names_parse_back_and_bad_ones_say_what_is_wrong():
         "priority", 8, 4096)
     with pytest.raises(ValueError, match="'lifo' is not fcfs or priority"):
         QueueCaps.parse("stock+queue-caps:lifo")
-    with pytest.raises(ValueError, match="'depth=3' is not reqs=N or tokens=N"):
+    with pytest.raises(ValueError, match="'depth=3' is not reqs=N, tokens=N, chunk=N or"):
         QueueCaps.parse("stock+queue-caps:fcfs:depth=3")
+    chunked = QueueCaps.parse("stock+queue-caps:fcfs:reqs=8:chunk=512:adaptive")
+    assert (chunked.long_prefill_token_threshold, chunked.adaptive) == (512, True)
+    with pytest.raises(ValueError, match="adaptive needs a long_prefill_token_threshold"):
+        QueueCaps.parse("stock+queue-caps:fcfs:adaptive")
     with pytest.raises(ValueError, match="is a sweep"):
         build_system(QUEUE_CAPS, SHAPE)
     with pytest.raises(ValueError, match="max_num_queued_reqs must be an integer >= 0"):
@@ -116,3 +120,21 @@ def test_the_sweep_expands_and_its_best_is_the_highest_score():
     assert best_queue_caps({"a": (1.0, 0.5), "b": (2.0, None), "c": (2.0, 0.1)}) == "c"
     with pytest.raises(ValueError, match="no queue-caps setting was run"):
         best_queue_caps({})
+
+
+def test_the_chunk_knobs_reach_vllms_scheduler_and_cap_a_long_prefill():
+    """With a 128-token threshold, a 400-token prompt beside a running request takes 128
+    tokens a step (vLLM's own cap); adaptive floors the cap at the budget's fair share
+    (512 tokens over two requests: 256)."""
+    firsts = {}
+    for name in ("stock+queue-caps:fcfs", "stock+queue-caps:fcfs:chunk=128",
+                 "stock+queue-caps:fcfs:chunk=128:adaptive"):
+        harness = build_system(name, SHAPE)
+        config = harness.scheduler.scheduler_config
+        assert config.long_prefill_token_threshold == (0 if name.endswith("fcfs") else 128)
+        harness.add_request("short", range(10), 50)
+        harness.complete(harness.scheduler.schedule())
+        harness.add_request("long", range(1000, 1400), 5)
+        output = harness.scheduler.schedule()
+        firsts[name] = output.num_scheduled_tokens["long"]
+    assert list(firsts.values()) == [400, 128, 256]
