@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from policies.slo_admission import SLOTarget, resolve_class
+from policies.slo_admission import ClassGrants, SLOTarget, resolve_class
 from policies.validators import int_at_least
 from policies.views import RequestView
 
@@ -62,12 +62,15 @@ class SlotPreemption:
     risk_share: float = attrs.field(default=0.5, validator=_share)
     """A waiting request is at risk once it has waited this share of its TTFT target."""
     max_preemptions_per_request: int = attrs.field(default=1, validator=int_at_least(1))
+    grants: ClassGrants | None = None
+    """The classes each tenant may be judged in by length (as in `SLOAdmission`)."""
     _preempted: dict[str, int] = attrs.field(factory=dict, init=False)
     _count: int = attrs.field(default=0, init=False)
     _unserved: int = attrs.field(default=0, init=False)
 
     def _class(self, request: RequestView) -> str | None:
-        return resolve_class(request, self.slos, self.tenant_classes, self.length_classes)
+        return resolve_class(request, self.slos, self.tenant_classes, self.length_classes,
+                             self.grants)
 
     def importance(self, request: RequestView) -> tuple[int, int]:
         """Lower is more important: a protected class first, then vLLM's priority."""

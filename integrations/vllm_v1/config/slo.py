@@ -347,7 +347,7 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     preemption = None if spec.preemption_risk_share is None else SlotPreemption(
         slos=classes, length_classes=lengths, tenant_classes=dict(spec.tenants),
         protected_classes=spec.protected, risk_share=spec.preemption_risk_share,
-        max_preemptions_per_request=spec.max_preemptions_per_request)
+        max_preemptions_per_request=spec.max_preemptions_per_request, grants=grants)
     return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
                                                tenant_classes=dict(spec.tenants),
                                                grants=grants),
