@@ -30,6 +30,14 @@ finishing while that many blocks are pinned is not pinned (older pins are not pu
 a subset of the sessions stays cached instead of all of them taking turns to miss, LRU's
 loop failure), and blocks in PINNED are evicted, farthest predicted return first, when
 nothing but WANTED is left (early release under pressure).
+Tenants (`SessionHints.turn_started` names the request's tenant): a session id names a
+session within its tenant, each pin is charged to the tenant whose turn made it, and each
+tenant may hold at most its share of the pinned budget (``SessionPins.tenant_weights``, equal
+by default, among the tenants holding or asking for pins: one tenant alone may use all of
+it); a tenant under its share whose turn finds the budget full ends the oldest pin of the
+tenant most over its share. Once two tenants were seen, judged pins are judged per tenant,
+on the shadows' hits on that tenant's keys, so pins that never pay (sessions that never
+come back) stay off for their tenant alone.
 The SLRU and LRU shadows do not pin, and no shadow hears the waiting queue
 (`SegmentedLRU.keep_waiting`: blocks a waiting request will hit are kept after pins).
 Pins are judged (`SessionPins.judged`) by a third shadow, the LRU shadow's twin that pins
@@ -58,7 +66,7 @@ from policies.eviction import (
     Segment,
     SegmentedLRU,
 )
-from policies.session_retention import SessionGaps, SessionPins
+from policies.session_retention import SessionGaps, SessionPins, session_tenant
 
 
 def _push_farthest(heap: list, entry: tuple, pins: dict) -> None:
@@ -71,6 +79,68 @@ def _push_farthest(heap: list, entry: tuple, pins: dict) -> None:
         heap[:] = [(until, seq, key) for until, seq, key in heap
                    if pins.get(key) == (-until, -seq)]
         heapq.heapify(heap)
+
+
+@attrs.define(eq=False, kw_only=True)
+class _TenantPins:
+    """Who made each pin, and each tenant's share of the pinned budget: ``weights`` of the
+    tenants that hold or ask for pins now (others 1), so a tenant alone may use all of it."""
+
+    weights: dict = attrs.field(factory=dict)
+    _owner: dict = attrs.field(factory=dict)
+    """Pinned key -> the tenant charged for it (the one that pinned it first)."""
+    _keys: dict = attrs.field(factory=dict)
+    """Tenant -> its pinned keys, oldest pin first."""
+
+    def add(self, key: Hashable, tenant: str | None) -> None:
+        """Charge a new pin of ``key`` to ``tenant`` (a renewed one stays with its maker)."""
+        if key not in self._owner:
+            self._owner[key] = tenant
+            self._keys.setdefault(tenant, OrderedDict())[key] = None
+
+    def drop(self, key: Hashable) -> None:
+        """``key``'s pin ended (nothing if it had none)."""
+        if key in self._owner:
+            tenant = self._owner.pop(key)
+            keys = self._keys[tenant]
+            del keys[key]
+            if not keys:
+                del self._keys[tenant]
+
+    def owner(self, key: Hashable) -> str | None:
+        return self._owner[key]
+
+    def counts(self) -> dict[str | None, int]:
+        """Pinned keys by tenant (tenants holding none left out)."""
+        return {tenant: len(keys) for tenant, keys in self._keys.items()}
+
+    def admit(self, tenant: str | None, limit: int) -> tuple[bool, Hashable | None]:
+        """Whether ``tenant`` may make one more pin with ``limit`` pins in all, and the pin
+        to end first to make room (the oldest of the tenant most over its share), if any."""
+        held = len(self._owner)
+        keys = self._keys
+        if len(keys) <= 1 and (tenant in keys or not keys):  # one tenant: the whole budget
+            return held < limit, None
+        weight = self.weights.get
+        active = keys.keys() | {tenant}
+        total = sum(weight(t, 1.0) for t in active)
+        mine = keys.get(tenant)
+        if mine is not None and len(mine) >= limit * weight(tenant, 1.0) / total:
+            return False, None
+        if held < limit:
+            return True, None
+        over, victim = 0.0, None
+        for other, its in keys.items():
+            excess = len(its) - limit * weight(other, 1.0) / total
+            if other != tenant and excess > over:
+                over, victim = excess, next(iter(its))
+        return victim is not None, victim
+
+    def check_invariants(self, pinned: dict) -> None:
+        """Assert that exactly the keys of ``pinned`` are charged, each to one tenant."""
+        assert self._owner.keys() == pinned.keys(), (len(self._owner), len(pinned))
+        assert sum(len(keys) for keys in self._keys.values()) == len(self._owner)
+        assert all(keys for keys in self._keys.values())
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -223,18 +293,30 @@ class _PinnedLRUShadow(_LRUShadow):
     _farthest: list = attrs.field(factory=list)
     """``(-until, -sequence, key)`` of each pin: the farthest predicted return on top."""
     _seq: int = 0
+    book: _TenantPins = attrs.field(factory=_TenantPins)
+    """Who made each pin (each tenant's share of the pinned budget)."""
 
     @classmethod
-    def following(cls, lru: _LRUShadow) -> _PinnedLRUShadow:
-        """A pinned shadow holding what ``lru`` holds, in its order, with its decayed hits."""
-        return cls(held=set(lru._held), queue=OrderedDict(lru._queue), score=lru.score)
+    def following(cls, lru: _LRUShadow, weights: dict) -> _PinnedLRUShadow:
+        """A pinned shadow holding what ``lru`` holds, in its order, with its decayed hits,
+        sharing the pinned budget among tenants by ``weights``."""
+        return cls(held=set(lru._held), queue=OrderedDict(lru._queue), score=lru.score,
+                   book=_TenantPins(weights=weights))
 
     def access(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
         """As `_LRUShadow.access`; a pinned key loses its pin."""
         if key in self._pinned:
-            del self._pinned[key]
-            self._parked.discard(key)
+            self._unhold(key)
         _LRUShadow.access(self, key, parent, capacity)
+
+    def _unhold(self, key: Hashable) -> None:
+        """``key``'s pin ends; a parked key goes back to the front of the queue."""
+        del self._pinned[key]
+        self.book.drop(key)
+        if key in self._parked:
+            self._parked.remove(key)
+            self._queue[key] = None
+            self._queue.move_to_end(key, last=False)
 
     def release(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
         """As `_LRUShadow.release`; a parked key is accessed first (losing its pin)."""
@@ -258,18 +340,27 @@ class _PinnedLRUShadow(_LRUShadow):
                 until, seq, key = heapq.heappop(farthest)
                 if pinned.get(key) == (-until, -seq) and key in parked:
                     del pinned[key]
+                    self.book.drop(key)
                     parked.remove(key)
                     held.remove(key)
             else:
                 break
 
-    def pin(self, keys: Sequence[Hashable], until: float, limit: int) -> None:
-        """Pin the evictable ``keys`` until ``until`` (a pinned one again), head first, while
-        fewer than ``limit`` keys are pinned."""
-        pinned, queue = self._pinned, self._queue
+    def pin(self, keys: Sequence[Hashable], until: float, limit: int,
+            tenant: str | None = None) -> None:
+        """Pin ``tenant``'s evictable ``keys`` until ``until`` (a pinned one again), head
+        first, within ``tenant``'s share of ``limit`` pins (`_TenantPins.admit`)."""
+        pinned, queue, book = self._pinned, self._queue, self.book
         for key in keys:
-            if key not in pinned and (key not in queue or len(pinned) >= limit):
-                continue
+            if key not in pinned:
+                if key not in queue:
+                    continue
+                admitted, victim = book.admit(tenant, limit)
+                if not admitted:
+                    continue
+                if victim is not None:
+                    self._unhold(victim)
+                book.add(key, tenant)
             self._seq += 1
             self._hold(key, until, self._seq)
 
@@ -281,25 +372,23 @@ class _PinnedLRUShadow(_LRUShadow):
 
     def expire(self, now: float) -> None:
         """Pins that ran out by ``now`` end; parked keys go back to the front of the queue."""
-        expiry, pinned, parked, queue = self._expiry, self._pinned, self._parked, self._queue
+        expiry, pinned = self._expiry, self._pinned
         while expiry and expiry[0][0] <= now:
             until, seq, key = heapq.heappop(expiry)
             if pinned.get(key) == (until, seq):
-                del pinned[key]
-                if key in parked:
-                    parked.remove(key)
-                    queue[key] = None
-                    queue.move_to_end(key, last=False)
+                self._unhold(key)
 
     def restricted(self, keep: Callable[[Hashable], bool]) -> _PinnedLRUShadow:
         """A new shadow holding the kept keys of this one, in the same order, pins kept
         (no counts)."""
         shadow = _PinnedLRUShadow(
             held={key for key in self._held if keep(key)},
-            queue=OrderedDict((key, None) for key in self._queue if keep(key)))
+            queue=OrderedDict((key, None) for key in self._queue if keep(key)),
+            book=_TenantPins(weights=self.book.weights))
         for key, (until, seq) in self._pinned.items():
             if keep(key):
                 shadow._hold(key, until, seq)
+                shadow.book.add(key, self.book.owner(key))
         shadow._parked = {key for key in self._parked if keep(key)}
         shadow._seq = self._seq
         return shadow
@@ -310,6 +399,7 @@ class _PinnedLRUShadow(_LRUShadow):
         super().check_invariants()
         assert all(key in self._held for key in self._pinned)
         assert all(key in self._pinned and key not in self._queue for key in self._parked)
+        self.book.check_invariants(self._pinned)
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -370,10 +460,24 @@ class DuelingSLRU(SegmentedLRU):
     _pins_on: bool = attrs.field(init=False, repr=False, default=False)
     """Whether judged pins are made now: once the pinned shadow leads the LRU shadow by more
     than ``switch_margin_hits``, until the LRU shadow leads it by as much."""
+    _book: _TenantPins = attrs.field(init=False, repr=False, factory=_TenantPins)
+    """Who made each pin (each tenant's share of the pinned budget)."""
+    _tenants: dict = attrs.field(init=False, repr=False, factory=dict)
+    """Tenants whose turns were seen; with two or more, pins are judged per tenant."""
+    _tenant_of_key: OrderedDict = attrs.field(init=False, repr=False, factory=OrderedDict)
+    """Sampled key -> the tenant whose prompt used it last (bounded), once there are two."""
+    _tenant_scores: dict = attrs.field(init=False, repr=False, factory=dict)
+    """Tenant -> ``[LRU shadow, pinned shadow]`` hits on its keys, decayed by ``_norm``."""
+    _norm: float = attrs.field(init=False, repr=False, default=1.0)
+    """The decay since the scores' base: a score is its stored value times ``_norm``."""
+    _pins_on_for: set = attrs.field(init=False, repr=False, factory=set)
+    """With two tenants or more: those whose judged pins are made now (`_pins_on`, per
+    tenant, on the shadows' hits on that tenant's keys)."""
 
     def __attrs_post_init__(self) -> None:
         if self.session_pins is not None:
             self._gaps = SessionGaps(config=self.session_pins)
+            self._book.weights = dict(self.session_pins.tenant_weights)
 
     @property
     def mode(self) -> str:
@@ -389,6 +493,7 @@ class DuelingSLRU(SegmentedLRU):
             if segment is not None and segment >= _PINNED:
                 self._counts["pin_hits"] += 1
             del self._pinned_until[key]
+            self._book.drop(key)
         SegmentedLRU.acquire(self, key)
         if not hash(key) % self._sample:
             self._observe(key, self._entries[key].parent, release=False)
@@ -429,7 +534,8 @@ class DuelingSLRU(SegmentedLRU):
             # only pins (and blocks waiting requests want) left: the farthest return goes
             pinned.move_to_end(self._farthest_pin(), last=False)
         key = SegmentedLRU.evict(self)
-        self._pinned_until.pop(key, None)
+        if self._pinned_until.pop(key, None) is not None:
+            self._book.drop(key)
         return key
 
     def _park_pinned(self) -> None:
@@ -449,7 +555,8 @@ class DuelingSLRU(SegmentedLRU):
     def discard(self, key: Hashable) -> None:
         """As `SegmentedLRU.discard`; a pin of ``key`` goes too."""
         super().discard(key)
-        self._pinned_until.pop(key, None)
+        if self._pinned_until.pop(key, None) is not None:
+            self._book.drop(key)
 
     # -- session pins -----------------------------------------------------------
 
@@ -458,16 +565,19 @@ class DuelingSLRU(SegmentedLRU):
         return self.session_pins is not None and (session_id is not None
                                                   or self.session_pins.prefix_sessions)
 
-    def turn_started(self, session_id: str | None, keys: Sequence[Hashable],
-                     now: float) -> Hashable:
-        """A request with prompt blocks ``keys`` arrived at ``now``: expire pins, learn its
-        session's gap; returns the session (``None`` with pins off or no session known)."""
+    def turn_started(self, session_id: str | None, keys: Sequence[Hashable], now: float,
+                     tenant: str | None = None) -> Hashable:
+        """A request of ``tenant`` with prompt blocks ``keys`` arrived at ``now``: expire
+        pins, learn its session's gap; returns the session (``None`` with pins off or no
+        session known)."""
         if self._gaps is None:
             return None
         self._expire(now)
         if self._pinned_lru is not None:
             self._pinned_lru.expire(now)
-        session = self._gaps.session_of(session_id, keys)
+        if tenant is not None:
+            self._seen(tenant, keys)
+        session = self._gaps.session_of(session_id, keys, tenant)
         if session is not None:
             self._gaps.started(session, now)
         return session
@@ -479,19 +589,25 @@ class DuelingSLRU(SegmentedLRU):
             return 0
         self._expire(now)
         until = self._gaps.finished(session, keys[-1] if keys else None, now)
+        tenant = session_tenant(session)
         if self.session_pins.judged:
-            self._pin_shadow(keys, until, now)
-        pinned_until = self._pinned_until
+            self._pin_shadow(keys, until, now, tenant)
+        pinned_until, book = self._pinned_until, self._book
         limit = int(self.session_pins.max_pinned_fraction * min(self._capacity, self.tracked)
-                    ) if self._pins_wanted() else 0
+                    ) if self._pins_wanted(tenant) else 0
         pinned = 0
         for key in keys:  # head first: a pinned prefix hits even if its tail was not pinned
             segment = self.segment_of(key)
             if segment not in (Segment.PROBATION, Segment.PROTECTED, Segment.PINNED):
                 continue
-            if key not in pinned_until and len(pinned_until) >= limit:
-                self._counts["pins_refused"] += 1
-                continue
+            if key not in pinned_until:
+                admitted, victim = book.admit(tenant, limit)
+                if not admitted:
+                    self._counts["pins_refused"] += 1
+                    continue
+                if victim is not None:  # over its share: its oldest pin ends
+                    self._end_pin(victim)
+                book.add(key, tenant)
             self._pin_seq += 1
             pinned_until[key] = (until, self._pin_seq)
             heapq.heappush(self._pin_heap, (until, self._pin_seq, key))
@@ -500,27 +616,57 @@ class DuelingSLRU(SegmentedLRU):
         self._counts["pins"] += pinned
         return pinned
 
-    def _pin_shadow(self, keys: Sequence[Hashable], until: float, now: float) -> None:
+    def _pin_shadow(self, keys: Sequence[Hashable], until: float, now: float,
+                    tenant: str | None) -> None:
         """Pin ``keys``' sampled ones in the pinned shadow (made now if this is the first
         turn), as the real order would with pins on."""
         shadow = self._pinned_lru
         if shadow is None:
-            shadow = self._pinned_lru = _PinnedLRUShadow.following(self._lru)
+            shadow = self._pinned_lru = _PinnedLRUShadow.following(self._lru,
+                                                                   self._book.weights)
         shadow.expire(now)
         sample = self._sample
         limit = int(self.session_pins.max_pinned_fraction
                     * min(self._capacity / sample, len(shadow._held)))
-        shadow.pin([key for key in keys if not hash(key) % sample], until, limit)
+        shadow.pin([key for key in keys if not hash(key) % sample], until, limit, tenant)
+
+    def pins_by_tenant(self) -> dict[str | None, int]:
+        """Blocks holding a pin, by the tenant charged for them (None: tenant unknown)."""
+        return self._book.counts()
+
+    def _seen(self, tenant: str, keys: Sequence[Hashable]) -> None:
+        """A turn of ``tenant`` with prompt blocks ``keys``: with two tenants or more, its
+        sampled keys are attributed to it for the per-tenant judge (the first tenant keeps
+        the pins the fleet-wide judge had made, each later one starts without)."""
+        tenants = self._tenants
+        if tenant not in tenants:
+            if len(tenants) == 1 and self._pins_on:
+                self._pins_on_for.add(next(iter(tenants)))
+            tenants[tenant] = None
+        if len(tenants) < 2:
+            return
+        sample, owners = self._sample, self._tenant_of_key
+        for key in keys:
+            if not hash(key) % sample:
+                owners[key] = tenant
+                owners.move_to_end(key)
+        while len(owners) > 4 * len(self._entries) + 1024:
+            owners.popitem(last=False)
 
     def pinned(self, key: Hashable) -> bool:
         """Whether ``key`` holds a pin: in its place in the order, or held in PINNED past the
         front of its segment."""
         return key in self._pinned_until
 
-    def _pins_wanted(self) -> bool:
-        """Whether a finished turn is pinned now: always unless pins are judged, then only
-        while the pinned shadow leads (`_pins_on`)."""
-        return self._pins_on or not self.session_pins.judged
+    def _pins_wanted(self, tenant: str | None = None) -> bool:
+        """Whether a finished turn of ``tenant`` is pinned now: always unless pins are
+        judged, then only while the pinned shadow leads (`_pins_on`), on the tenant's own
+        keys once two tenants or more were seen."""
+        if not self.session_pins.judged:
+            return True
+        if tenant is not None and len(self._tenants) > 1:
+            return tenant in self._pins_on_for
+        return self._pins_on
 
     def _expire(self, now: float) -> None:
         heap = self._pin_heap
@@ -528,10 +674,7 @@ class DuelingSLRU(SegmentedLRU):
             until, seq, key = heapq.heappop(heap)
             if self._pinned_until.get(key) == (until, seq):
                 segment = self.segment_of(key)
-                if segment is Segment.PINNED:
-                    self._unpin(key)
-                else:  # still in its place, orphaned, or wanted by a waiting request
-                    del self._pinned_until[key]
+                self._end_pin(key)
                 if segment in (Segment.PROBATION, Segment.PROTECTED, Segment.PINNED):
                     self._counts["pins_expired"] += 1
 
@@ -554,11 +697,15 @@ class DuelingSLRU(SegmentedLRU):
                     break
         return key
 
-    def _unpin(self, key: Hashable) -> None:
-        """``key``'s pin is over while parked: it goes to the front of PROBATION (its pin
-        kept it past there), and ages normally from there."""
-        del self._segments[Segment.PINNED][key], self._pinned_until[key]
-        self._put(key, self._entries[key], _PROBATION, front=True)
+    def _end_pin(self, key: Hashable) -> None:
+        """``key``'s pin is over. If it was parked in PINNED it goes to the front of
+        PROBATION (its pin kept it past there) and ages normally from there; else it is
+        still in its place, orphaned, or wanted by a waiting request."""
+        del self._pinned_until[key]
+        self._book.drop(key)
+        if self.segment_of(key) is Segment.PINNED:
+            del self._segments[Segment.PINNED][key]
+            self._put(key, self._entries[key], _PROBATION, front=True)
 
     def _observe(self, key: Hashable, parent: Hashable | None, *, release: bool) -> None:
         """A sampled ``key`` was accessed: judge pins, feed both shadows, follow the leader."""
@@ -568,6 +715,7 @@ class DuelingSLRU(SegmentedLRU):
         decay = 1.0 - sample / self.window_accesses
         capacity = self._capacity / sample
         lru, slru = self._lru, self._slru  # unrolled: a loop over the two costs a tuple
+        lru_hits = lru.hits
         lru.score *= decay
         slru.score *= decay
         if release:
@@ -585,17 +733,44 @@ class DuelingSLRU(SegmentedLRU):
             self._switches += 1
         pinned = self._pinned_lru
         if pinned is not None:
+            pinned_hits = pinned.hits
             pinned.score *= decay
             if release:
                 pinned.release(key, parent, capacity)
             else:
                 pinned.access(key, parent, capacity)
+            if self._tenant_of_key:
+                self._judge_tenant(key, decay, lru.hits - lru_hits, pinned.hits - pinned_hits)
             if self._pins_on:
                 if lru.score > pinned.score + self.switch_margin_hits:
                     self._pins_on = False
                     self._counts["pin_pauses"] += 1
             elif pinned.score > lru.score + self.switch_margin_hits:
                 self._pins_on = True
+
+    def _judge_tenant(self, key: Hashable, decay: float, lru_hit: int, pinned_hit: int) -> None:
+        """Per-tenant judge: the shadows' decayed hits on the keys of ``key``'s tenant; its
+        pins are made once the pinned shadow leads by more than ``switch_margin_hits``, until
+        the LRU shadow leads by as much (the fleet-wide rule on that tenant's keys)."""
+        self._norm *= decay
+        tenant = self._tenant_of_key.get(key)
+        if tenant is not None:
+            scores = self._tenant_scores.setdefault(tenant, [0.0, 0.0])
+            scores[0] += lru_hit / self._norm
+            scores[1] += pinned_hit / self._norm
+            lru, pinned = scores[0] * self._norm, scores[1] * self._norm
+            margin = self.switch_margin_hits
+            if tenant in self._pins_on_for:
+                if lru > pinned + margin:
+                    self._pins_on_for.discard(tenant)
+                    self._counts["pin_pauses"] += 1
+            elif pinned > lru + margin:
+                self._pins_on_for.add(tenant)
+        if self._norm < 1e-100:  # rebase before the stored values overflow
+            for scores in self._tenant_scores.values():
+                scores[0] *= self._norm
+                scores[1] *= self._norm
+            self._norm = 1.0
 
     def _protected_limit(self) -> int:
         return 0 if self._lru_mode else SegmentedLRU._protected_limit(self)
@@ -623,3 +798,4 @@ class DuelingSLRU(SegmentedLRU):
             self._pinned_lru.check_invariants()
         for key in self._segments[Segment.PINNED]:
             assert key in self._pinned_until, key
+        self._book.check_invariants(self._pinned_until)

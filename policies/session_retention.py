@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -38,14 +38,32 @@ class SessionHints(Protocol):
         """Whether a request with ``session_id`` (or None) can be pinned (skip the rest if not)."""
         ...
 
-    def turn_started(self, session_id: str | None, keys: Sequence[Hashable],
-                     now: float) -> Hashable:
-        """A request with prompt blocks ``keys`` arrived at ``now``; returns its session."""
+    def turn_started(self, session_id: str | None, keys: Sequence[Hashable], now: float,
+                     tenant: str | None = None) -> Hashable:
+        """A request of ``tenant`` (None: unknown) with prompt blocks ``keys`` arrived at
+        ``now``; returns its session (a session id names a session within its tenant)."""
         ...
 
     def turn_finished(self, session: Hashable, keys: Sequence[Hashable], now: float) -> int:
         """``session``'s request released ``keys`` at ``now``; returns how many were pinned."""
         ...
+
+    def pins_by_tenant(self) -> dict[str | None, int]:
+        """Blocks holding a pin now, by the tenant charged for them (None: unknown)."""
+        ...
+
+
+def _weights(value: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    return tuple(sorted(dict(value).items()))
+
+
+def _positive_weights(_instance: object, attribute: attrs.Attribute,
+                      value: tuple[tuple[str, float], ...]) -> None:
+    for tenant, weight in value:
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not (
+                math.isfinite(weight) and weight > 0):
+            raise ValueError(f"{attribute.name}[{tenant!r}] must be a positive finite number, "
+                             f"got {weight!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -53,7 +71,13 @@ class SessionPins:
     """How long and how much an order pins a finished turn's blocks for its session."""
 
     max_pinned_fraction: float = attrs.field(default=0.5, validator=_share)
-    """Share of the cache's blocks PINNED may hold; the oldest pins are released first."""
+    """Share of the cache's blocks pins may hold, all tenants together."""
+    tenant_weights: tuple[tuple[str, float], ...] = attrs.field(
+        factory=tuple, converter=_weights, validator=_positive_weights)
+    """Weight of a tenant's share of the pinned budget (a mapping; tenants not named weigh
+    1). Work-conserving: the budget is split among the tenants that hold or ask for pins now,
+    so one tenant alone may use all of it, and a tenant under its share takes the oldest pin
+    of the tenant most over its share when the budget is full."""
     gap_slack: float = attrs.field(default=1.5, validator=attrs.validators.ge(1.0))
     """A pin lasts this many times the session's predicted gap."""
     default_gap_s: float = attrs.field(default=10.0, validator=_positive)
@@ -85,18 +109,20 @@ class SessionGaps:
     _tail_of: OrderedDict = attrs.field(init=False, repr=False, factory=OrderedDict)
     """Last block of a session's last turn -> the session (prefix continuation)."""
 
-    def session_of(self, session_id: str | None, keys: Sequence[Hashable]) -> Hashable | None:
-        """The session of a request: its hint, else (with ``prefix_sessions``) the session its
-        prompt continues or a new one named by its last block; else ``None``."""
+    def session_of(self, session_id: str | None, keys: Sequence[Hashable],
+                   tenant: str | None = None) -> Hashable | None:
+        """The session of a request of ``tenant``: its hint, else (with ``prefix_sessions``)
+        the tenant's session its prompt continues or a new one named by its last block; else
+        ``None``. Sessions of different tenants never meet (`session_tenant` names it)."""
         if session_id is not None:
-            return ("id", session_id)
+            return ("id", tenant, session_id)
         if not self.config.prefix_sessions:
             return None
         for key in reversed(keys):
-            session = self._tail_of.get(key)
+            session = self._tail_of.get((tenant, key))
             if session is not None:
                 return session
-        return ("prefix", keys[-1]) if keys else ("prefix", None)
+        return ("prefix", tenant, keys[-1] if keys else None)
 
     def started(self, session: Hashable, now: float) -> None:
         """A turn of ``session`` arrived at ``now``: learn the gap since its last turn."""
@@ -118,6 +144,7 @@ class SessionGaps:
         self._last_end[session] = now
         self._last_end.move_to_end(session)
         if tail is not None:
+            tail = (session_tenant(session), tail)
             self._tail_of[tail] = session
             self._tail_of.move_to_end(tail)
         limit = self.config.max_sessions
@@ -139,3 +166,8 @@ class SessionGaps:
         assert len(self._tail_of) <= self.config.max_sessions
         assert len(self._gap_s) <= self.config.max_sessions
         assert all(gap >= 0 for gap in self._gap_s.values())
+
+
+def session_tenant(session: Hashable) -> str | None:
+    """The tenant a session of `SessionGaps.session_of` belongs to (None: unknown)."""
+    return session[1]

@@ -43,8 +43,8 @@ from policies.eviction import EvictionOrder, WaitingHints
 from policies.session_retention import SessionHints
 
 Chain = Sequence[Hashable]
-Turn = tuple[str | None, float]
-"""A request's ``session_id`` (or None) and arrival time in seconds."""
+Turn = tuple[str | None, float] | tuple[str | None, float, str | None]
+"""A request's ``session_id`` (or None), arrival time in seconds and, optionally, tenant."""
 
 
 @attrs.frozen(kw_only=True)
@@ -58,6 +58,8 @@ class ReplayResult:
     hit_blocks: int
     prompt_blocks: int
     evictions: int
+    tenant_hit_rates: dict[str | None, float] = attrs.field(factory=dict)
+    """Hit rate by tenant, when ``turns`` name tenants."""
 
 
 class _OptOrder:
@@ -111,6 +113,7 @@ def _replay(chains: Sequence[Chain], cache_blocks: int, order, name: str,
     hints = order if turns is not None and isinstance(order, SessionHints) else None
     queue = order if waiting and isinstance(order, WaitingHints) and order.keep_waiting else None
     queued = 0  # requests told to ``queue`` so far
+    tenant_hits: dict[str | None, list[int]] = {}
     for index, full_chain in enumerate(chains):
         if on_request is not None:
             on_request(index)
@@ -119,13 +122,18 @@ def _replay(chains: Sequence[Chain], cache_blocks: int, order, name: str,
             queued += 1
         total += len(full_chain)
         chain = full_chain[:cache_blocks]
+        tenant = turns[index][2] if turns is not None and len(turns[index]) > 2 else None
         if hints is not None:
-            session_id, now = turns[index]
-            session = hints.turn_started(session_id, chain, now)
+            session_id, now = turns[index][:2]
+            session = hints.turn_started(session_id, chain, now, tenant)
         hit = 0
         while hit < len(chain) and chain[hit] in cached:
             hit += 1
         hits += hit
+        if tenant is not None:
+            counts = tenant_hits.setdefault(tenant, [0, 0])
+            counts[0] += hit
+            counts[1] += len(full_chain)
         early: set[Hashable] = set()
         for i, key in enumerate(chain):
             if key in cached:
@@ -149,7 +157,9 @@ def _replay(chains: Sequence[Chain], cache_blocks: int, order, name: str,
             hints.turn_finished(session, chain, now)
     return ReplayResult(policy=name, cache_blocks=cache_blocks,
                         hit_rate=hits / total if total else 0.0, hit_blocks=hits,
-                        prompt_blocks=total, evictions=evictions)
+                        prompt_blocks=total, evictions=evictions,
+                        tenant_hit_rates={t: h / n if n else 0.0
+                                          for t, (h, n) in tenant_hits.items()})
 
 
 def replay_order(chains: Sequence[Chain], cache_blocks: int, order: EvictionOrder,

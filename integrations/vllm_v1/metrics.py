@@ -30,8 +30,9 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   turn; ``hit``: prefix hits on blocks pins held past their place, the hits pins bought;
   ``expired``: pins whose predicted gap passed; ``refused``: blocks not pinned, the pinned
   share being full or pins off; ``paused``: times judged pins stopped, the shadow LRU
-  having out-hit its pinning twin) and the ``pinned`` segment of the two metrics above
-  (pinned blocks held past their place); with waiting-queue awareness
+  having out-hit its pinning twin), ``policies:kv_session_pinned_blocks{tenant}`` (blocks
+  holding a pin, by the tenant charged for them) and the ``pinned`` segment of the two
+  metrics above (pinned blocks held past their place); with waiting-queue awareness
   (`SegmentedLRU.keep_waiting`) the ``wanted`` segment (blocks a waiting request will hit)
   and ``policies:kv_wanted_hits_total{queue="waiting"}`` (prefix hits on them)
 
@@ -61,7 +62,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
@@ -128,6 +129,10 @@ class PolicyMetrics:
         self._pins = PromCounter("policies:kv_session_pins",
                                  "Session pins of finished turns' blocks, by event",
                                  ["event"], registry=registry)
+        self._pinned_by_tenant = Gauge("policies:kv_session_pinned_blocks",
+                                       "Blocks held by session pins, by the tenant charged",
+                                       ["tenant"], registry=registry,
+                                       multiprocess_mode="mostrecent")
         self._wanted_hits = PromCounter("policies:kv_wanted_hits",
                                         "Prefix hits on blocks kept for a waiting request",
                                         ["queue"], registry=registry)
@@ -258,6 +263,13 @@ class PolicyMetrics:
             if delta > 0:
                 counter.labels(**{label: value}).inc(delta)
                 self._eviction_seen[key] = total
+
+    def session_pins(self, by_tenant: Mapping[str | None, int]) -> None:
+        """Set the blocks session pins hold, by tenant (None: no tenant known)."""
+        values: Counter[tuple[str, ...]] = Counter()
+        for tenant, blocks in by_tenant.items():
+            values[(self.tenant_label(tenant) if tenant is not None else "none",)] += blocks
+        self._show(self._pinned_by_tenant, values)
 
     def step_model(self, stats: StepModelStats) -> None:
         """Set the step-time model's gauges: its coefficients and its recent error."""

@@ -4,7 +4,7 @@ import pytest
 
 from policies.adaptive_eviction import DuelingSLRU
 from policies.eviction import Segment
-from policies.session_retention import SessionGaps, SessionHints, SessionPins
+from policies.session_retention import SessionGaps, SessionHints, SessionPins, session_tenant
 
 
 def release_chain(order, chain):
@@ -17,6 +17,8 @@ def release_chain(order, chain):
     ({"gap_slack": 0.5}, "gap_slack"),
     ({"default_gap_s": float("nan")}, "default_gap_s must be a positive finite number"),
     ({"smoothing": 1.5}, "smoothing"),
+    ({"tenant_weights": {"acme": 0}}, r"tenant_weights\['acme'\] must be a positive finite "
+                                      "number, got 0"),
 ])
 def test_rejects_bad_configuration(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -45,7 +47,11 @@ def test_names_a_session_by_hint_or_by_prefix_continuation():
     gaps.finished(first, "t1", 0.0)
     assert gaps.session_of(None, ["sys", "t1", "t2"]) == first  # continues its last turn
     assert gaps.session_of(None, ["sys", "u1"]) != first
-    assert gaps.session_of("s-1", ["sys", "t1", "t2"]) == ("id", "s-1")  # the hint wins
+    assert gaps.session_of("s-1", ["sys", "t1", "t2"]) == ("id", None, "s-1")  # the hint wins
+    # another tenant's session never continues this one, nor shares a session id with it
+    assert gaps.session_of(None, ["sys", "t1", "t2"], "acme") != first
+    assert gaps.session_of("s-1", [], "acme") != gaps.session_of("s-1", [], "other")
+    assert session_tenant(gaps.session_of("s-1", [], "acme")) == "acme"
 
 
 def test_memory_is_bounded_by_max_sessions():
@@ -56,7 +62,7 @@ def test_memory_is_bounded_by_max_sessions():
         gaps.finished(session, i, float(i))
         gaps.started(session, i + 0.5)
     gaps.check_invariants()
-    assert gaps.session_of(None, [0]) != ("id", "s0")  # forgotten
+    assert gaps.session_of(None, [0]) != ("id", None, "s0")  # forgotten
 
 
 def pinned_order(**kwargs):

@@ -27,8 +27,9 @@ Translation (vLLM call -> order):
   ``prompt_version`` if any (cache versioning).
 * An order that implements `SessionHints` (`DuelingSLRU` with session pins) hears, from
   `EvictionHook`, each admitted request's ``session_id`` and prompt blocks
-  (``turn_started``) and, once a finished request's blocks are free, its end
-  (``turn_finished``), both at the step's clock reading: session pins.
+  and tenant (``turn_started``) and, once a finished request's blocks are free, its end
+  (``turn_finished``), both at the step's clock reading: session pins, within each
+  tenant's share of the pinned budget.
 * An order that implements `WaitingHints` with ``keep_waiting`` (`SegmentedLRU`,
   `DuelingSLRU`) hears, from `EvictionHook`, the prompt blocks of each request that
   starts waiting (``expect``: on admission, and a preempted request again) and that
@@ -328,7 +329,7 @@ class EvictionHook(SchedulerHook):
             if self._turns.wants_turn(session_id):
                 session = self._turns.turn_started(
                     session_id, _block_keys(request) if keys is None else keys,
-                    self._scheduler.clock())
+                    self._scheduler.clock(), tenant)
                 if session is not None:
                     self._session_of[request.request_id] = session
 
@@ -373,6 +374,8 @@ class EvictionHook(SchedulerHook):
     def refresh_metrics(self, metrics: Any) -> None:
         if self._stats is not None:
             metrics.eviction(self._stats())
+        if self._turns is not None:
+            metrics.session_pins(self._turns.pins_by_tenant())
 
 
 def _block_keys(request: Any) -> list[Hashable]:

@@ -106,3 +106,21 @@ def test_prefix_hits_by_tenant_through_the_scheduler():
     assert hits == {"acme": 160, "globex": 160}  # every request after the first hits 10 blocks
     assert registry.get_sample_value("policies:kv_evictable_blocks",
                                      {"segment": "protected"}) == 10
+
+
+def test_session_pins_by_tenant_through_the_scheduler():
+    """Each tenant's finished turns hold pins charged to it: ``kv_session_pinned_blocks``."""
+    harness = SchedulerHarness.build(Pipeline(eviction=DuelingSLRU(
+                                         session_pins=SessionPins(judged=False))),
+                                     shape=EngineShape(num_blocks=64, max_model_len=1024))
+    registry = CollectorRegistry()
+    harness.scheduler.metrics = PolicyMetrics(registry=registry)
+    for index, tenant in enumerate(["acme", "acme", "globex"]):
+        prompt = [5 + (7 * index + i) % 50 for i in range(64)]  # 4 blocks, a prompt each
+        harness.add_request(f"r{index}", prompt, 1, extra_args={"tenant": tenant},
+                            session_id=f"{tenant}-{index}")
+        while harness.has_requests():
+            harness.step()
+    pinned = {t: registry.get_sample_value("policies:kv_session_pinned_blocks", {"tenant": t})
+              for t in ("acme", "globex")}
+    assert pinned == {"acme": 8, "globex": 4}  # each prompt's 4 blocks, charged to its tenant
