@@ -12,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export VLLM_CPU_KVCACHE_SPACE ?= 1
 
-.PHONY: install demo replay-demo test test-fast lint pytest pure-tests notebooks docs-build docs serve overhead vllm-sources
+.PHONY: install demo replay-demo test test-fast lint pytest pure-tests notebooks docs-build docs serve serve-slo overhead vllm-sources
 
 install: $(STAMP)
 
@@ -96,6 +96,12 @@ docs: $(STAMP)
 TINY_MODEL = $$($(PY) -c 'from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir; print(tiny_model_dir("dummy"))')
 serve: $(STAMP)
 	$(PY) -m integrations.vllm_v1.serving --pipeline qos --port $(PORT) --model "$(TINY_MODEL)" \
+		-- --load-format dummy --dtype float32 --max-model-len 2048 --enforce-eager --block-size 32
+
+# The `slo` preset on the same tiny model (its default classes by prompt length), loopback only
+serve-slo: $(STAMP)
+	$(PY) -m integrations.vllm_v1.serving --pipeline slo --host 127.0.0.1 --port $(PORT) \
+		--model "$(TINY_MODEL)" \
 		-- --load-format dummy --dtype float32 --max-model-len 2048 --enforce-eager --block-size 32
 
 overhead: $(STAMP)

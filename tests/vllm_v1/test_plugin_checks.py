@@ -2,13 +2,23 @@
 naming the problem (the plugin checks it before the engine starts)."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
-from integrations.vllm_v1.plugin import check_command_line
+from integrations.vllm_v1.plugin import (
+    check_command_line,
+    parse_command_line,
+    runs_openai_server,
+    slo_warnings,
+    with_rejection_channel,
+)
+from integrations.vllm_v1.serving.rejection_channel import CHANNEL_KEY
 
 KEY = "llm_serving_policies"
 
@@ -53,3 +63,106 @@ def test_vllm_serve_exits_at_once_naming_the_problem(tmp_path):
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert "unknown pipeline 'no-such-preset'" in last, result.stderr[-2000:]
+
+
+BAD_TYPE = {"pipeline": {"admission": {"class": "QueueDepthLimit", "max_waiting": "ten"}}}
+TYPE_ERROR = "llm_serving_policies.pipeline.admission.max_waiting must be an integer, got 'ten'"
+
+
+def spellings(entry, tmp_path):
+    """The command lines vLLM reads the same ``--additional-config`` from."""
+    text = json.dumps({KEY: entry})
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"additional-config": {KEY: entry}}))
+    dotted = [f"--additional-config.{KEY}.pipeline.admission.{key}={value}"
+              for key, value in entry["pipeline"]["admission"].items()]
+    return {
+        "serve": ["vllm", "serve", "m", "--additional-config", text],
+        "module": ["api_server.py", "--model", "m", "--additional-config", text],
+        "underscore": ["api_server.py", "--model", "m", "--additional_config", text],
+        "equals": ["api_server.py", "--model", "m", f"--additional-config={text}"],
+        "config-file": ["vllm", "serve", "m", "--config", str(config)],
+        "dotted": ["api_server.py", "--model", "m", *dotted],
+    }
+
+
+@pytest.mark.parametrize("spelling", ["serve", "module", "underscore", "equals", "config-file",
+                                      "dotted"])
+def test_every_spelling_vllm_reads_is_checked_and_a_type_error_names_the_field(
+        spelling, tmp_path):
+    with pytest.raises(PipelineConfigError) as error:
+        check_command_line(spellings(BAD_TYPE, tmp_path)[spelling])
+    assert str(error.value) == TYPE_ERROR
+
+
+@pytest.mark.parametrize("flag", [["--scheduling_policy", "priority"],
+                                  ["--scheduling-policy=priority"]])
+def test_the_scheduling_policy_is_read_in_every_spelling(flag):
+    with pytest.raises(PipelineConfigError, match="--scheduling-policy priority cannot"):
+        check_command_line(argv({"pipeline": "qos"}, *flag))
+
+
+def test_every_problem_is_reported_at_once_each_naming_its_field():
+    entry = {"pipeline": {"fairnes": "WFQ", "ranking": "QoSRankr",
+                          "admission": {"class": "QueueDepthLimit", "max_waiting": "ten"}},
+             "hooks": ["no_such_module:Hook"], "drain_grace_s": -1,
+             "rejection_channel": "http://x"}
+    with pytest.raises(PipelineConfigError) as error:
+        check_command_line(argv(entry))
+    problems = str(error.value).splitlines()
+    assert len(problems) == 6, problems
+    for expected in ("llm_serving_policies.pipeline: unknown pipeline slot 'fairnes'",
+                     "llm_serving_policies.pipeline.ranking: unknown policy class 'QoSRankr'",
+                     TYPE_ERROR, "llm_serving_policies.hooks: cannot import",
+                     "llm_serving_policies.drain_grace_s", "llm_serving_policies.rejection_channel"):
+        assert any(p.startswith(expected) for p in problems), (expected, problems)
+
+
+def test_slo_targets_that_look_like_milliseconds_are_warned_about():
+    entry = {"pipeline": "slo", "slo": {"classes": {"chat": {"ttft_s": 500, "tpot_s": 0.0005},
+                                                    "batch": {"ttft_s": 20, "tpot_s": 0.2}}}}
+    assert slo_warnings(entry) == [
+        "llm_serving_policies.slo.classes.chat.ttft_s is 500 s, over 60 s: did you mean "
+        "milliseconds? (seconds go here: 0.5)",
+        "llm_serving_policies.slo.classes.chat.tpot_s is 0.0005 s, under 1 ms: is it in "
+        "seconds?"]
+    assert slo_warnings({"pipeline": "slo"}) == []  # the default classes are sane
+
+
+@pytest.mark.parametrize("spelling", ["serve", "underscore", "config-file", "dotted"])
+def test_the_rejection_channel_is_added_where_vllm_reads_it(spelling, tmp_path):
+    entry = {"pipeline": {"admission": {"class": "QueueDepthLimit", "max_waiting": 4}}}
+    command = spellings(entry, tmp_path)[spelling]
+    args = parse_command_line(command)
+    completed = with_rejection_channel(command, args.additional_config)
+    assert completed[:len(command)] == command
+    read = parse_command_line(completed).additional_config
+    address = read[KEY].pop(CHANNEL_KEY)
+    assert address.startswith("ipc://")
+    assert read == args.additional_config  # nothing else changed
+
+
+def test_only_vllms_server_commands_are_checked():
+    assert runs_openai_server(["/usr/bin/vllm", "serve", "m"])
+    assert not runs_openai_server(["/usr/bin/vllm", "bench", "serve"])
+    assert not runs_openai_server(["pytest", "serve"])
+
+
+def test_multiprocess_metrics_are_turned_on_in_a_fresh_server_process(tmp_path):
+    """In a process that imported prometheus_client in plain mode (as vLLM's API server has
+    when the plugin runs), metrics made afterwards write to the new folder."""
+    script = (
+        "import os, prometheus_client\n"
+        "from integrations.vllm_v1.plugin import multiprocess_metrics\n"
+        "os.environ.pop('PROMETHEUS_MULTIPROC_DIR', None)\n"
+        "assert multiprocess_metrics() is None\n"
+        "folder = os.environ['PROMETHEUS_MULTIPROC_DIR']\n"
+        "prometheus_client.Counter('probe', 'probe', registry=None).inc()\n"
+        "print(folder, sorted(os.listdir(folder)))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, env={k: v for k, v in os.environ.items()
+                                              if k != "PROMETHEUS_MULTIPROC_DIR"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    folder, files = result.stdout.split(" ", 1)
+    assert "counter_" in files
+    assert not Path(folder).exists()  # removed at exit

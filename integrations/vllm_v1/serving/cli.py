@@ -2,7 +2,9 @@
 
 ``--model`` is required: a production command never falls back to a test model (``make
 serve`` names the embedded tiny model explicitly). Arguments after ``--`` go to vLLM
-unchanged.
+unchanged. A KV cache size given there (``--kv-cache-memory-bytes``) is the one used; without
+one, CPU builds get ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB) unless it is set
+(`integrations.vllm_v1.serving.server.offline_env`).
 
 Exit status and signals, for supervisors (systemd, Docker, Kubernetes):
 
@@ -32,7 +34,8 @@ import sys
 import time
 from typing import Any
 
-from integrations.vllm_v1.config.spec import resolve_pipeline
+from integrations.vllm_v1.config.presets import PRESETS
+from integrations.vllm_v1.config.spec import CONFIG_KEY, resolve_pipeline
 from integrations.vllm_v1.serving.server import (
     API_SERVER_MODULE,
     new_metrics_dir,
@@ -52,6 +55,16 @@ def main(argv: list[str] | None = None) -> int:
     A child (not this process) so that `prometheus_client` starts in multiprocess mode
     there, which this process, having imported vLLM already, cannot switch to.
     """
+    return run_child(server_command(argv))
+
+
+def server_command(argv: list[str] | None = None) -> list[str]:
+    """The command line of vLLM's server for our flags ``argv``.
+
+    A preset is named in the server's ``--additional-config`` (so its declaration there,
+    e.g. the ``slo`` preset's ``slo``, applies, and the serving layer knows the preset);
+    another pipeline travels pickled.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", default="qos",
                         help="preset name, package.module:attr or file.py:attr (default: qos)")
@@ -63,19 +76,21 @@ def main(argv: list[str] | None = None) -> int:
     args, vllm_args = parser.parse_known_args(argv)
     vllm_args = [a for a in vllm_args if a != "--"]
     pipeline = resolve_pipeline(args.pipeline)
+    ours: dict[str, Any] = {}
+    if args.pipeline in PRESETS:
+        ours["pipeline"] = args.pipeline
     if args.tenants:
-        from integrations.vllm_v1.config.spec import CONFIG_KEY
-
-        vllm_args = ["--additional-config",
-                     _json({CONFIG_KEY: {"tenants": os.path.abspath(args.tenants)}}), *vllm_args]
-    argv = [sys.executable, "-m", API_SERVER_MODULE,
+        ours["tenants"] = os.path.abspath(args.tenants)
+    if ours:
+        vllm_args = ["--additional-config", _json({CONFIG_KEY: ours}), *vllm_args]
+    return [sys.executable, "-m", API_SERVER_MODULE,
             *server_args(pipeline, args.model, host=args.host, port=args.port,
                          vllm_args=tuple(vllm_args))]
-    return run_child(argv)
 
 
 def run_child(argv: list[str]) -> int:
-    """Run vLLM's server ``argv`` with a fresh metrics directory; the exit status (above)."""
+    """Run vLLM's server ``argv`` (``python -m MODULE ARGS...``) with a fresh metrics
+    directory; the exit status (above)."""
     metrics_dir = new_metrics_dir()
     stop: dict[str, Any] = {"deadline": None, "process": None}
 
@@ -88,7 +103,7 @@ def run_child(argv: list[str]) -> int:
     previous = {s: signal.signal(s, on_signal) for s in _STOP_SIGNALS}
     try:
         process = stop["process"] = subprocess.Popen(
-            argv, env=server_env(metrics_dir), start_new_session=True,
+            argv, env=server_env(metrics_dir, argv[3:]), start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         if stop["deadline"] is not None:  # told to stop while it was being started
             process.send_signal(signal.SIGTERM)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -11,6 +13,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -32,6 +35,7 @@ MIDDLEWARE = ("integrations.vllm_v1.serving.middleware.PolicyMiddleware",)
 """The ``--middleware`` paths (`integrations.vllm_v1.serving.middleware`: one)."""
 _ADDITIONAL = "--additional-config"
 METRICS_DIR_PREFIX = "policies-metrics-"
+KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 
 def server_args(pipeline: Pipeline, model: str, *, host: str, port: int,
@@ -100,15 +104,32 @@ def _merged(ours: dict, theirs: dict) -> dict:
     return {**ours, **theirs, CONFIG_KEY: entry}
 
 
-def offline_env() -> dict[str, str]:
+def offline_env(server_argv: Sequence[str] = ()) -> dict[str, str]:
     """This process's environment for a child server: hub off, our ``sys.path``, sized CPU KV.
 
     ``VLLM_CPU_KVCACHE_SPACE`` (GiB, CPU builds only) defaults to 1 unless already set,
-    since vLLM would otherwise reserve most of the machine's memory.
+    since vLLM would otherwise reserve most of the machine's memory. When the server's
+    arguments ``server_argv`` (those after ``-m vllm.entrypoints.openai.api_server``) size
+    the KV cache (``--kv-cache-memory-bytes``, in any spelling vLLM reads) the variable is
+    left out, even if set here: vLLM's CPU platform lets it override the flag.
     """
-    return {"VLLM_CPU_KVCACHE_SPACE": "1", **os.environ, "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = {KV_SPACE_ENV: "1", **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    if server_argv and _sizes_kv_cache(server_argv):
+        env.pop(KV_SPACE_ENV)
+    return env
+
+
+def _sizes_kv_cache(server_argv: Sequence[str]) -> bool:
+    """Whether vLLM reads a KV cache size from the server arguments ``server_argv``."""
+    from integrations.vllm_v1.vllm_surface.names import parse_serve_args
+
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            return parse_serve_args(list(server_argv)).kv_cache_memory_bytes is not None
+    except (SystemExit, Exception):  # noqa: BLE001 - the server reports its own arguments
+        return False
 
 
 def new_metrics_dir() -> str | None:
@@ -138,9 +159,9 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def server_env(metrics_dir: str | None) -> dict[str, str]:
-    """`offline_env` plus the metrics directory, if any."""
-    return {**offline_env(), **({MULTIPROC_ENV: metrics_dir} if metrics_dir else {})}
+def server_env(metrics_dir: str | None, server_argv: Sequence[str] = ()) -> dict[str, str]:
+    """`offline_env` for ``server_argv`` plus the metrics directory, if any."""
+    return {**offline_env(server_argv), **({MULTIPROC_ENV: metrics_dir} if metrics_dir else {})}
 
 
 @attrs.define(eq=False)
@@ -158,12 +179,12 @@ class LocalServer:
               vllm_args: tuple[str, ...] = (), log_path: str | None = None) -> LocalServer:
         """Spawn the server; call `wait_until_healthy` before sending requests."""
         log = Path(log_path) if log_path else Path(tempfile.mkstemp(suffix=".log")[1])
-        argv = [sys.executable, "-m", API_SERVER_MODULE,
-                *server_args(pipeline, model, host=host, port=port, vllm_args=vllm_args)]
+        args = server_args(pipeline, model, host=host, port=port, vllm_args=vllm_args)
         metrics_dir = new_metrics_dir()
         with open(log, "wb") as sink:
-            process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT,
-                                       env=server_env(metrics_dir), start_new_session=True)
+            process = subprocess.Popen([sys.executable, "-m", API_SERVER_MODULE, *args],
+                                       stdout=sink, stderr=subprocess.STDOUT,
+                                       env=server_env(metrics_dir, args), start_new_session=True)
         return cls(process, f"http://{host}:{port}", log, metrics_dir)
 
     def wait_until_healthy(self, timeout_s: float = 300.0) -> None:
