@@ -3,9 +3,10 @@ class's TTFT is answered 503 at once (`FrontendStage`, over `policies.FrontendGa
 
 Active with the ``slo`` preset only. `integrations.vllm_v1.serving.middleware.PolicyMiddleware`
 opens a `Visit` for each engine-bound request as it enters: the request is in the frontend's
-pre-engine stage until vLLM sends its response's first message or the engine first says
-something of its ticket over the channel (admitted or rejected,
-`integrations.vllm_v1.serving.rejection_channel`), whichever comes first. Once the request
+pre-engine stage until vLLM sends its response's first message (for a stream, once vLLM has
+read and tokenized it) or the engine first says something of its ticket over the channel
+(admitted or rejected, `integrations.vllm_v1.serving.rejection_channel`), whichever comes
+first. Once the request
 is checked, the gate predicts its wait behind the requests that were in the stage when it
 entered; if that wait exceeds the TTFT target of its class (the body's ``slo_class`` when
 declared, else its tenant's class, else the tightest declared class), it is answered 503,

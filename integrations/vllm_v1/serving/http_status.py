@@ -53,7 +53,8 @@ CHANNEL_WAIT_S = 2.0
 """How long a response without output waits for the channel's word on its ticket."""
 CLASS_WAIT_S = 0.01
 """How long a response's first chunk waits for the class the engine judged (sent on
-admission, so normally there long before the first token)."""
+admission, so normally there long before the first token), once the engine has announced
+any class (an engine whose admission judges none is never waited for)."""
 SLO_REASONS = frozenset({"slo_ttft", "slo_tpot"})
 """Rejection reasons whose detail is the class the request was judged in."""
 UNKNOWN_STREAM_REJECTION = Rejection(
@@ -233,7 +234,7 @@ class Responder:
         if held and held[0]["type"] == "http.response.start":
             judged = self._judged_now()
             if judged is None and held[0].get("status") == 200 and self.ticket is not None \
-                    and self.book is not None:
+                    and self.book is not None and self.book.hears_classes:
                 judged = await self.book.wait_judged(self.ticket, CLASS_WAIT_S)
             held[0] = _started_with(held[0], judged)
         for message in held:

@@ -394,6 +394,8 @@ class RejectionBook:
         self._reader: asyncio.Task | None = None
         self.dropped_reports = 0
         """First-token reports not sent: the reverse channel was full."""
+        self.hears_classes = False
+        """Whether the engine has announced a class (its admission judges classes)."""
 
     def start(self) -> bool:
         """Bind the channel and start reading it (on the running loop); False if taken."""
@@ -492,6 +494,7 @@ class RejectionBook:
             entry.rejection = word[1]
         else:
             entry.judged = word[1]
+            self.hears_classes = True
         if entry.on_word is not None:
             on_word, entry.on_word = entry.on_word, None
             on_word()
