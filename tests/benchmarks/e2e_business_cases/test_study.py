@@ -22,10 +22,17 @@ METRIC_KEYS = {
 }
 
 
+WORKERS_TIMEOUT_S = 900
+"""A test that starts worker processes: each imports vLLM and the stack anew (spawn), about
+10 s of CPU against 0.5 s of replay, so on a loaded 2-core machine it is starved for minutes."""
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
+    """The whole study, in this process (``--jobs 1``: the schema, report and plots do not
+    depend on jobs; `test_replaying_in_worker_processes_gives_the_same_summary` checks that)."""
     out = tmp_path_factory.mktemp("business_case")
-    summary = main(["--phase-s", "2", "--out", str(out)])
+    summary = main(["--phase-s", "2", "--jobs", "1", "--out", str(out)])
     return out, summary
 
 
@@ -90,6 +97,7 @@ def test_an_unknown_system_is_refused():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(WORKERS_TIMEOUT_S)
 def test_replaying_in_worker_processes_gives_the_same_summary():
     workload = business_workload(phase_s=1.0)
     systems = ["fcfs", "pipeline+slo"]

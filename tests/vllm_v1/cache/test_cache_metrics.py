@@ -9,6 +9,7 @@ from policies import SegmentedLRU
 from policies.adaptive_eviction import DuelingSLRU
 from policies.prompt_versions import PromptVersions
 from policies.session_retention import SessionPins
+from tests.helpers.drain import drain
 
 
 def make():
@@ -119,8 +120,7 @@ def test_session_pins_by_tenant_through_the_scheduler():
         prompt = [5 + (7 * index + i) % 50 for i in range(64)]  # 4 blocks, a prompt each
         harness.add_request(f"r{index}", prompt, 1, extra_args={"tenant": tenant},
                             session_id=f"{tenant}-{index}")
-        while harness.has_requests():
-            harness.step()
+        drain(harness, limit=100)
     pinned = {t: registry.get_sample_value("policies:kv_session_pinned_blocks", {"tenant": t})
               for t in ("acme", "globex")}
     assert pinned == {"acme": 8, "globex": 4}  # each prompt's 4 blocks, charged to its tenant

@@ -19,13 +19,14 @@ def finish(harness, request_id, prompt):
 
 
 def first_computed_tokens(harness, request_id):
-    """Steps until ``request_id`` is scheduled; its prefix hit in tokens."""
-    while True:
+    """Steps (at most 1,000) until ``request_id`` is scheduled; its prefix hit in tokens."""
+    for _ in range(1000):
         output = harness.step().scheduler_output
         check_pool(harness.scheduler)
         for new in output.scheduled_new_reqs:
             if new.req_id == request_id:
                 return new.num_computed_tokens
+    raise AssertionError(f"{request_id} not scheduled in 1,000 steps")
 
 
 @pytest.mark.parametrize(("keep_waiting", "hit_blocks"), [(True, 5), (False, 1)])
