@@ -148,6 +148,7 @@ def test_only_vllms_server_commands_are_checked():
     assert not runs_openai_server(["pytest", "serve"])
 
 
+@pytest.mark.slow
 def test_multiprocess_metrics_are_turned_on_in_a_fresh_server_process(tmp_path):
     """In a process that imported prometheus_client in plain mode (as vLLM's API server has
     when the plugin runs), metrics made afterwards write to the new folder."""
@@ -166,3 +167,29 @@ def test_multiprocess_metrics_are_turned_on_in_a_fresh_server_process(tmp_path):
     folder, files = result.stdout.split(" ", 1)
     assert "counter_" in files
     assert not Path(folder).exists()  # removed at exit
+
+
+@pytest.mark.slow
+def test_register_in_a_server_completes_it_and_names_what_is_missing_in_one_line(tmp_path):
+    """``vllm serve`` with our entry but neither our scheduler nor our middleware: the plugin
+    adds the channel to the command line vLLM is about to read, warns about the SLO
+    target, and says in one line what it could not turn on and how."""
+    entry = {"pipeline": "slo", "slo": {"classes": {"chat": {"ttft_s": 500, "tpot_s": 0.05}}}}
+    script = (
+        "import json, sys\n"
+        "from integrations.vllm_v1.plugin import register, parse_command_line\n"
+        f"sys.argv = ['vllm', 'serve', 'm', '--additional-config', {json.dumps({KEY: entry})!r}]\n"
+        "register()\n"
+        "print(json.dumps(parse_command_line(sys.argv).additional_config))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, env={**os.environ,
+                                              "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    read = json.loads(result.stdout.strip().splitlines()[-1])[KEY]
+    assert read["rejection_channel"].startswith("ipc://") and read["pipeline"] == "slo"
+    lines = [line for line in result.stderr.splitlines() if "llm_serving_policies: " in line]
+    assert len(lines) == 2, result.stderr[-3000:]
+    assert "slo.classes.chat.ttft_s is 500 s, over 60 s: did you mean milliseconds?" in lines[0]
+    assert "not fully on: the pipeline does not run: add --scheduler-cls" in lines[1]
+    assert "add --middleware integrations.vllm_v1.serving.middleware.PolicyMiddleware" in lines[1]
+    assert "rejection channel" not in lines[1] and "metrics" not in lines[1]
