@@ -83,8 +83,11 @@ pure-tests:
 		.venv-py$$v/bin/python -m pytest -q -p no:cacheprovider $(PURE_TESTS) || exit 1; \
 	done
 
+# the kernels start in notebooks/: the checkout's root on their path finds `benchmarks`
+# (which the wheel does not install)
 notebooks: $(STAMP)
-	$(PY) -m pytest -q --nbmake --nbmake-timeout=600 --timeout=900 notebooks
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} \
+		$(PY) -m pytest -q --nbmake --nbmake-timeout=600 --timeout=900 notebooks
 
 docs-build: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
