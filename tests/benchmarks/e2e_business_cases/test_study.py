@@ -22,9 +22,11 @@ METRIC_KEYS = {
 }
 
 
-WORKERS_TIMEOUT_S = 900
-"""A test that starts worker processes: each imports vLLM and the stack anew (spawn), about
-10 s of CPU against 0.5 s of replay, so on a loaded 2-core machine it is starved for minutes."""
+STUDY_TIMEOUT_S = 900
+"""Per-test limit of a test that runs the study: the whole study in this process took 130 s
+at load 15 on 2 cores (the fixture's setup); a run in worker processes pays, per worker, a
+fresh import of vLLM and the stack (spawn: about 10 s of CPU against 0.5 s of replay), so on
+a loaded machine the workers are starved for minutes."""
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +39,7 @@ def study(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(STUDY_TIMEOUT_S)
 def test_the_summary_has_every_phase_system_and_metric(study):
     out, summary = study
     assert json.loads((out / "summary.json").read_text())["phases"] == summary["phases"]
@@ -53,6 +56,7 @@ def test_the_summary_has_every_phase_system_and_metric(study):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(STUDY_TIMEOUT_S)
 def test_admitted_plus_rejected_is_offered_per_phase_and_system(study):
     _, summary = study
     offered = len(business_workload(phase_s=2.0).trace.requests)
@@ -66,6 +70,7 @@ def test_admitted_plus_rejected_is_offered_per_phase_and_system(study):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(STUDY_TIMEOUT_S)
 def test_targets_report_and_figures_are_written(study):
     out, summary = study
     assert {(t["target"], t["system"]) for t in summary["targets"]} == {
@@ -79,6 +84,7 @@ def test_targets_report_and_figures_are_written(study):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(STUDY_TIMEOUT_S)
 def test_the_queue_caps_sweep_is_reported_and_its_best_is_the_stock_system(study):
     _, summary = study
     sweep = summary["queue_caps_sweep"]
@@ -97,7 +103,7 @@ def test_an_unknown_system_is_refused():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(WORKERS_TIMEOUT_S)
+@pytest.mark.timeout(STUDY_TIMEOUT_S)
 def test_replaying_in_worker_processes_gives_the_same_summary():
     workload = business_workload(phase_s=1.0)
     systems = ["fcfs", "pipeline+slo"]
