@@ -189,6 +189,10 @@ assert {(r.reason, r.detail) for r in rejections} <= {
     (reason, name) for reason in ("slo_ttft", "slo_tpot") for name in spec.classes}
 assert all(r.retry_after_s > 0 for r in rejections)
 assert slo_run["overall"]["admitted_slo_attainment"] >= 0.95, slo_run["overall"]
+assert 0.1 < slo_run["rejected"] / slo_run["offered"] < 0.4  # "about a quarter"
+for name, target in spec.classes.items():  # admitted requests' TTFT p99 within the target
+    assert slo_run["by_class"][name]["ttft_p99_s"] <= target.ttft_s, name
+    assert summaries["fcfs"]["by_class"][name]["ttft_p99_s"] > 5 * target.ttft_s, name
 assert slo_run["met_slo"] > 1.5 * summaries["fcfs"]["met_slo"], (
     slo_run["met_slo"], summaries["fcfs"]["met_slo"])
 assert summaries["fcfs"]["overall"]["slo_attainment"] < 0.5
