@@ -214,8 +214,9 @@ def slo_warnings(entry: Mapping[str, Any]) -> list[str]:
 
 def complete_server(argv: list[str], args: Any) -> None:
     """Turn on, for the server ``argv`` runs, what our entry needs and vLLM's flags left off:
-    the rejection channel (a fresh address written into ``argv``, where vLLM reads it) and
-    multiprocess metrics; log one line naming what is still missing and how to add it."""
+    the rejection channel for our middleware (a fresh address written into ``argv``, where
+    vLLM reads it) and multiprocess metrics; log one line naming what is still missing and
+    how to add it."""
     from integrations.vllm_v1.config.spec import config_entry
     from integrations.vllm_v1.serving.middleware import PATH as MIDDLEWARE_PATH
     from integrations.vllm_v1.serving.rejection_channel import CHANNEL_KEY
@@ -228,7 +229,7 @@ def complete_server(argv: list[str], args: Any) -> None:
     if MIDDLEWARE_PATH not in (getattr(args, "middleware", None) or ()):
         missing.append(f"rejections are not answered 503 with their reason: add --middleware "
                        f"{MIDDLEWARE_PATH}")
-    if config_entry(args.additional_config).get(CHANNEL_KEY) is None:
+    elif config_entry(args.additional_config).get(CHANNEL_KEY) is None:  # the middleware's
         completed = with_rejection_channel(argv, args.additional_config)
         if completed is None:
             missing.append(f"the rejection channel is off (streamed, Responses and Messages "

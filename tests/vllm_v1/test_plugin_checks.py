@@ -2,6 +2,7 @@
 naming the problem (the plugin checks it before the engine starts)."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -13,11 +14,14 @@ import yaml
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.plugin import (
     check_command_line,
+    complete_server,
     parse_command_line,
     runs_openai_server,
     slo_warnings,
     with_rejection_channel,
 )
+from integrations.vllm_v1.scheduling import SCHEDULER_CLS
+from integrations.vllm_v1.serving.middleware import PATH as MIDDLEWARE
 from integrations.vllm_v1.serving.rejection_channel import CHANNEL_KEY
 
 KEY = "llm_serving_policies"
@@ -171,14 +175,15 @@ def test_multiprocess_metrics_are_turned_on_in_a_fresh_server_process(tmp_path):
 
 @pytest.mark.slow
 def test_register_in_a_server_completes_it_and_names_what_is_missing_in_one_line(tmp_path):
-    """``vllm serve`` with our entry but neither our scheduler nor our middleware: the plugin
-    adds the channel to the command line vLLM is about to read, warns about the SLO
-    target, and says in one line what it could not turn on and how."""
+    """``vllm serve`` with our entry and middleware but not our scheduler: the plugin adds the
+    channel to the command line vLLM is about to read, warns about the SLO target, and
+    says in one line what it could not turn on and how."""
     entry = {"pipeline": "slo", "slo": {"classes": {"chat": {"ttft_s": 500, "tpot_s": 0.05}}}}
     script = (
         "import json, sys\n"
         "from integrations.vllm_v1.plugin import register, parse_command_line\n"
-        f"sys.argv = ['vllm', 'serve', 'm', '--additional-config', {json.dumps({KEY: entry})!r}]\n"
+        f"sys.argv = ['vllm', 'serve', 'm', '--additional-config', {json.dumps({KEY: entry})!r},"
+        f" '--middleware', {MIDDLEWARE!r}]\n"
         "register()\n"
         "print(json.dumps(parse_command_line(sys.argv).additional_config))\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -191,5 +196,18 @@ def test_register_in_a_server_completes_it_and_names_what_is_missing_in_one_line
     assert len(lines) == 2, result.stderr[-3000:]
     assert "slo.classes.chat.ttft_s is 500 s, over 60 s: did you mean milliseconds?" in lines[0]
     assert "not fully on: the pipeline does not run: add --scheduler-cls" in lines[1]
-    assert "add --middleware integrations.vllm_v1.serving.middleware.PolicyMiddleware" in lines[1]
-    assert "rejection channel" not in lines[1] and "metrics" not in lines[1]
+    assert "middleware" not in lines[1] and "rejection channel" not in lines[1]
+    assert "metrics" not in lines[1]
+
+
+def test_without_our_middleware_no_channel_is_added_and_the_line_says_so(monkeypatch, caplog):
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/set-by-the-operator")  # left alone
+    command = argv({"pipeline": "qos"}, "--scheduler-cls", SCHEDULER_CLS)
+    completed = list(command)
+    with caplog.at_level(logging.WARNING, logger="vllm.llm_serving_policies"):
+        complete_server(completed, parse_command_line(command))
+    assert completed == command
+    assert [r.getMessage() for r in caplog.records
+            if r.name == "vllm.llm_serving_policies"] == [
+        "llm_serving_policies: not fully on: rejections are not answered 503 with their "
+        f"reason: add --middleware {MIDDLEWARE}"]
