@@ -12,9 +12,24 @@ idle, the run checks that
 * every queue gauge is back at 0 (`IDLE_GAUGES`: vLLM's running/waiting, the pipeline's
   per-tenant waiting/running);
 * the server's resident memory (API server, engine and workers) grew by no more than
-  ``--max-rss-growth-mb`` from the end of the warm-up to the end.
+  ``--max-rss-growth-mb`` from the end of the warm-up to the end, beyond what the KV cache
+  explains.
 
-Writes ``OUT/soak.json`` and exits 1 if a check failed.
+Memory over time (`MemoryTrace`): every ``--sample-s`` from start-up to the end, each
+server process's ``VmRSS``, ``RssAnon`` and ``RssFile`` (``/proc/<pid>/status``) beside
+vLLM's ``vllm:kv_cache_usage_perc``. The KV cache is one anonymous allocation whose pages
+become resident as blocks are first written, so a process's anonymous memory may grow by up
+to the configured KV cache size (``--kv-cache-memory-bytes``) as the block pool is walked
+(freed blocks stay cached and new ones come from the least recently used end, so a small
+usage still walks the whole pool), then stays flat. The KV pages written so far are bounded
+by the tokens written (``vllm:prompt_tokens_total`` + ``vllm:generation_tokens_total``) and
+by the KV cache. Per process, the report says whether its growth since start-up is
+``flat``, ``within the KV cache`` (no more than the KV pages written: explained) or
+``beyond the KV cache`` (more, or still growing at the end while the KV pages written do
+not: a leak), and whether it was still growing over the last third of the run.
+
+Writes ``OUT/soak.json`` (``memory``: the samples and the per-process verdicts) and exits 1
+if a check failed.
 
 Usage: ``python -m benchmarks.soak --out DIR [--minutes 3] [--clients 6] [--model DIR]``
 """
@@ -25,6 +40,7 @@ import argparse
 import http.client
 import json
 import random
+import re
 import sys
 import tempfile
 import threading
@@ -43,8 +59,11 @@ IDLE_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting",
 """Gauges that must read 0 (summed over their labels) once the engine is idle."""
 KINDS = ("stream", "whole", "cancel", "invalid")
 OUTCOMES = ("completed", "rejected", "cancelled", "invalid", "unexpected")
+KV_CACHE_BYTES = 128 << 20
 SERVER_ARGS = ("--dtype", "float32", "--max-model-len", "1024", "--enforce-eager",
-               "--block-size", "32", "--kv-cache-memory-bytes", str(128 << 20))
+               "--block-size", "32", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES))
+FLAT_MB = 16.0
+"""Growth within this is noise (allocator arenas, caches of a few requests)."""
 
 
 def accounting(outcomes: Counter) -> dict:
@@ -57,16 +76,21 @@ def accounting(outcomes: Counter) -> dict:
     return {"offered": offered, **counts, "balanced": balanced}
 
 
-def gauges(url: str) -> dict[str, float]:
-    """`IDLE_GAUGES` from the server's /metrics, each summed over its labels."""
+def metric_sums(url: str, names: tuple[str, ...]) -> dict[str, float]:
+    """The server's /metrics ``names``, each summed over its labels (0 if absent)."""
     with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
         text = response.read().decode()
-    totals = dict.fromkeys(IDLE_GAUGES, 0.0)
+    totals = dict.fromkeys(names, 0.0)
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in totals:
             totals[name] += float(line.rsplit(" ", 1)[1])
     return totals
+
+
+def gauges(url: str) -> dict[str, float]:
+    """`IDLE_GAUGES` from the server's /metrics, each summed over its labels."""
+    return metric_sums(url, IDLE_GAUGES)
 
 
 def rss_mb(pid: int) -> float:
@@ -79,6 +103,141 @@ def rss_mb(pid: int) -> float:
         except psutil.NoSuchProcess:
             continue
     return total / (1 << 20)
+
+
+def process_memory_mb(pid: int) -> dict[str, float]:
+    """``VmRSS``, ``RssAnon`` and ``RssFile`` of ``pid`` from ``/proc/<pid>/status``, MiB."""
+    fields = {"VmRSS": "rss", "RssAnon": "anon", "RssFile": "file"}
+    values = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            if name in fields:
+                values[fields[name]] = int(rest.split()[0]) / 1024  # kB
+    return values
+
+
+def server_memory_mb(pid: int) -> dict[str, dict[str, float]]:
+    """`process_memory_mb` of the API server (``api_server``) and each descendant, by its
+    process name (vLLM names its engine and worker processes), MiB."""
+    root = psutil.Process(pid)
+    memory = {}
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            label = "api_server" if proc.pid == pid else f"{proc.name()}[{proc.pid}]"
+            memory[label] = process_memory_mb(proc.pid)
+        except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):
+            continue
+    return memory
+
+
+KV_METRICS = ("vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
+              "vllm:generation_tokens_total")
+"""KV usage now (a fraction) and the tokens written into the KV cache so far."""
+
+
+def kv_tokens(url: str) -> int:
+    """Tokens the KV cache holds when full: ``num_gpu_blocks`` x ``block_size`` of vLLM's
+    ``vllm:cache_config_info``."""
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+    raise ValueError("no vllm:cache_config_info in /metrics")
+
+
+class MemoryTrace:
+    """Samples the server's memory, KV cache usage and tokens written every ``every_s`` in a
+    thread."""
+
+    def __init__(self, url: str, pid: int, every_s: float) -> None:
+        self.url, self.pid, self.every_s = url, pid, every_s
+        self.samples: list[dict] = []
+        self.phase = "idle"
+        self._stop = threading.Event()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> MemoryTrace:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.sample()
+
+    def sample(self) -> None:
+        """One sample: seconds since start-up, phase, KV usage, tokens written into the KV
+        cache (prompt and generated), each process's memory."""
+        try:
+            values = metric_sums(self.url, KV_METRICS)
+            usage, tokens = values[KV_METRICS[0]], values[KV_METRICS[1]] + values[KV_METRICS[2]]
+        except OSError:
+            usage = tokens = None
+        self.samples.append({"t_s": round(time.monotonic() - self._started, 1),
+                             "phase": self.phase, "kv_usage": usage, "kv_tokens_written": tokens,
+                             "processes": server_memory_mb(self.pid)})
+
+    def report(self, kv_cache_mb: float, kv_cache_tokens: int) -> dict:
+        """Per process: RSS and anonymous memory at start-up, at the end of the warm-up, at
+        the end and at most; growth since start-up; the verdict (`verdict`) against the KV
+        pages written so far (at most the KV cache: ``kv_cache_mb`` holds
+        ``kv_cache_tokens``)."""
+        first, last = self.samples[0], self.samples[-1]
+        mb_per_token = kv_cache_mb / kv_cache_tokens
+
+        def written_mb(sample: dict) -> float:
+            return min(kv_cache_mb, (sample["kv_tokens_written"] or 0) * mb_per_token)
+        measured = [s for s in self.samples if s["phase"] == "soak"] or self.samples
+        tail = measured[len(measured) * 2 // 3:]
+        written = written_mb(last)
+        tail_written = written_mb(tail[-1]) - written_mb(tail[0])
+        processes = {}
+        for label in last["processes"]:
+            series = [s["processes"][label] for s in self.samples if label in s["processes"]]
+            start = first["processes"].get(label, series[0])
+            warm = measured[0]["processes"].get(label, start)
+            end = last["processes"][label]
+            recent = [s["processes"][label]["anon"] for s in tail if label in s["processes"]]
+            growth = end["anon"] - start["anon"]
+            tail_growth = recent[-1] - recent[0] if recent else 0.0
+            processes[label] = {
+                "rss_mb": {"startup": round(start["rss"], 1), "warm": round(warm["rss"], 1),
+                           "end": round(end["rss"], 1),
+                           "max": round(max(m["rss"] for m in series), 1)},
+                "anon_mb": {"startup": round(start["anon"], 1), "warm": round(warm["anon"], 1),
+                            "end": round(end["anon"], 1)},
+                "anon_growth_mb": round(growth, 1),
+                "growing_at_end": tail_growth > FLAT_MB,
+                "verdict": verdict(growth, written),
+            }
+            if processes[label]["growing_at_end"] and tail_growth > tail_written + FLAT_MB:
+                processes[label]["verdict"] = "beyond the KV cache"  # grows, KV pages do not
+        usages = [s["kv_usage"] for s in self.samples if s["kv_usage"] is not None]
+        return {"every_s": self.every_s, "kv_cache_mb": kv_cache_mb,
+                "kv_written_mb": round(written, 1),
+                "kv_usage_max": max(usages, default=None), "processes": processes,
+                "explained": all(p["verdict"] != "beyond the KV cache"
+                                 for p in processes.values()),
+                "samples": self.samples}
+
+
+def verdict(growth_mb: float, kv_written_mb: float) -> str:
+    """``flat``, ``within the KV cache`` (no more than the KV pages written so far, at most
+    the KV cache: KV pages becoming resident) or ``beyond the KV cache`` (more than the KV
+    cache could account for: a leak)."""
+    if growth_mb <= FLAT_MB:
+        return "flat"
+    return ("within the KV cache" if growth_mb <= kv_written_mb + FLAT_MB
+            else "beyond the KV cache")
 
 
 def one_request(port: int, model: str, kind: str, rng: random.Random) -> str:
@@ -151,7 +310,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--warmup-s", type=float, default=20.0)
-    parser.add_argument("--max-rss-growth-mb", type=float, default=64.0)
+    parser.add_argument("--max-rss-growth-mb", type=float, default=64.0,
+                        help="allowed growth from the warm-up's end beyond the KV cache's")
+    parser.add_argument("--sample-s", type=float, default=5.0,
+                        help="seconds between memory samples")
     parser.add_argument("--model", help="model directory (default: the tiny random model)")
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--seed", type=int, default=0)
@@ -169,15 +331,22 @@ def main(argv: list[str] | None = None) -> int:
                log_path=str(log)) as server:
         server.wait_until_healthy(timeout_s=600)
         model = json.load(urllib.request.urlopen(server.url + "/v1/models"))["data"][0]["id"]
-        warmup = run_load(args.port, model, args.warmup_s, args.clients, args.seed + 1000)
-        wait_idle(server.url)
-        rss_start = rss_mb(server.process.pid)
-        started = time.monotonic()
-        outcomes = run_load(args.port, model, args.minutes * 60, args.clients, args.seed)
-        elapsed = time.monotonic() - started
-        idle = wait_idle(server.url)
-        rss_end = rss_mb(server.process.pid)
+        kv_cache_tokens = kv_tokens(server.url)
+        with MemoryTrace(server.url, server.process.pid, args.sample_s) as trace:
+            trace.phase = "warmup"
+            warmup = run_load(args.port, model, args.warmup_s, args.clients, args.seed + 1000)
+            wait_idle(server.url)
+            rss_start = rss_mb(server.process.pid)
+            trace.phase = "soak"
+            started = time.monotonic()
+            outcomes = run_load(args.port, model, args.minutes * 60, args.clients, args.seed)
+            elapsed = time.monotonic() - started
+            trace.phase = "idle"
+            idle = wait_idle(server.url)
+            rss_end = rss_mb(server.process.pid)
     counts = accounting(outcomes)
+    kv_cache_mb = KV_CACHE_BYTES / (1 << 20)
+    memory = trace.report(kv_cache_mb, kv_cache_tokens)
     result = {
         "minutes": args.minutes, "clients": args.clients, "elapsed_s": round(elapsed, 1),
         "requests": counts, "warmup_requests": accounting(warmup)["offered"],
@@ -185,13 +354,29 @@ def main(argv: list[str] | None = None) -> int:
         "rss_mb": {"start": round(rss_start, 1), "end": round(rss_end, 1),
                    "growth": round(rss_end - rss_start, 1),
                    "limit": args.max_rss_growth_mb},
-        "rss_flat": rss_end - rss_start <= args.max_rss_growth_mb,
+        "rss_flat": rss_end - rss_start <= args.max_rss_growth_mb + kv_cache_mb,
+        "memory": memory,
         "server_log": str(log),
     }
-    result["passed"] = counts["balanced"] and result["gauges_flat"] and result["rss_flat"]
+    result["passed"] = (counts["balanced"] and result["gauges_flat"] and result["rss_flat"]
+                        and memory["explained"])
     (out / "soak.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "memory"}, indent=2))
+    print(memory_table(memory))
     return 0 if result["passed"] else 1
+
+
+def memory_table(memory: dict) -> str:
+    """The per-process memory report as a text table."""
+    rows = [f"KV cache {memory['kv_cache_mb']:.0f} MiB ({memory['kv_written_mb']:.0f} MiB of "
+            f"pages written at most), usage at most {memory['kv_usage_max'] or 0:.1%}",
+            f"{'process':32} {'rss start/warm/end/max MiB':>30} {'anon growth':>12} "
+            f"{'growing':>8}  verdict"]
+    for label, p in memory["processes"].items():
+        rss = "/".join(f"{p['rss_mb'][k]:.0f}" for k in ("startup", "warm", "end", "max"))
+        rows.append(f"{label:32} {rss:>30} {p['anon_growth_mb']:>12.1f} "
+                    f"{str(p['growing_at_end']):>8}  {p['verdict']}")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
