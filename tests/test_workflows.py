@@ -2,7 +2,8 @@
 
 ``ci.yml`` runs what ``.ci/run`` runs (``make test``); ``docs.yml`` executes the notebooks
 with the target ``make test`` uses and builds the site with ``docs-build`` before deploying
-it. A workflow step naming a target the Makefile lacks fails here, not on GitHub.
+it. A workflow step naming a target the Makefile lacks fails here, not on GitHub; so does a
+``make`` command in the README, CONTRIBUTING.md or the docs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 RULE = re.compile(r"^([A-Za-z0-9_.$()/ -]+?)\s*::?(?!=)", re.MULTILINE)
 SEPARATORS = {"&&", "||", ";", "|"}
+SHELL_BLOCK = re.compile(r"^```(?:bash|console|sh)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+INLINE_MAKE = re.compile(r"`(make [^`]+)`")
 
 
 def makefile_targets(text: str) -> set[str]:
@@ -26,10 +29,20 @@ def makefile_targets(text: str) -> set[str]:
             if "$" not in target and not target.startswith(".")}
 
 
+def _words(line: str) -> list[str]:
+    """A shell line's words, comments dropped (split on blanks where its quotes do not close:
+    a line of a longer quoted argument)."""
+    line = line.replace(";", " ; ")
+    try:
+        return shlex.split(line, comments=True)
+    except ValueError:
+        return line.partition(" #")[0].split()
+
+
 def make_targets(command: str) -> list[str]:
     """The targets each ``make`` of a shell ``command`` names (``make`` alone: ``all``)."""
     words = [word for line in command.replace("\\\n", " ").splitlines()
-             for word in [*shlex.split(line.replace(";", " ; "), comments=True), ";"]]
+             if re.search(r"\bmake\b", line) for word in [*_words(line), ";"]]
     targets: list[str] = []
     for index, word in enumerate(words):
         if word != "make":
@@ -55,8 +68,15 @@ def workflow_targets(path: Path) -> list[str]:
     return [target for command in workflow_commands(path) for target in make_targets(command)]
 
 
+def documented_targets(text: str) -> list[str]:
+    """The targets of every ``make`` in a markdown page's shell blocks and inline code."""
+    commands = SHELL_BLOCK.findall(text) + INLINE_MAKE.findall(text)
+    return [target for command in commands for target in make_targets(command)]
+
+
 TARGETS = makefile_targets((ROOT / "Makefile").read_text(encoding="utf-8"))
 WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def test_the_parsers_read_the_makefile_and_commands():
@@ -116,3 +136,14 @@ def test_docs_deploys_the_built_site_from_main_only():
     assert "refs/heads/main" in deploy["if"] and "push" in deploy["if"]
     assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+
+
+def test_documented_make_commands_are_makefile_targets():
+    assert documented_targets("Run `make demo`, then:\n```bash\nmake test  # all\n```\n") == [
+        "test", "demo"]
+    found = {page.relative_to(ROOT).as_posix(): documented_targets(page.read_text(
+        encoding="utf-8")) for page in PAGES}
+    assert {"serve-slo", "demo", "test", "replay-demo"} <= set(found["README.md"])
+    missing = {page: sorted(set(targets) - TARGETS) for page, targets in found.items()
+               if set(targets) - TARGETS}
+    assert not missing, f"make targets the Makefile lacks: {missing}"
