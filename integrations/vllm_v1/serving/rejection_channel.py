@@ -260,7 +260,7 @@ class RejectionChannelHook(SchedulerHook):
 
     def on_arrival(self, request: Any) -> None:
         ticket = request_ticket(request)
-        if ticket is not None:
+        if ticket is not None and self._hears is not None:
             self._requests[ticket] = request.request_id
 
     def on_rejected(self, request: Any, rejection: Rejection) -> None:
@@ -364,9 +364,14 @@ def _hook_counters() -> dict[str, Any]:
     from prometheus_client import Counter as PromCounter
 
     lost = PromCounter("policies:slo_channel_lost", "Channel messages lost, by what: dropped "
-                   "(channel full), unmatched (a first token for an unknown request), expired "
-                   "(a finished request with no first-token report)", ["what"], registry=None)
-    return {what: lost.labels(what=what) for what in ("dropped", "unmatched", "expired")}
+                       "(the channel to the API server was full), unmatched (a first-token "
+                       "report for a request the engine no longer knew)", ["what"],
+                       registry=None)
+    forgotten = PromCounter("policies:slo_channel_forgotten", "Finished requests the engine "
+                            "forgot without a first-token report (every non-streaming one, and "
+                            "streams whose report came too late)", registry=None)
+    return {"dropped": lost.labels(what="dropped"), "unmatched": lost.labels(what="unmatched"),
+            "expired": forgotten}
 
 
 # -- API server side ---------------------------------------------------------------
