@@ -69,8 +69,9 @@ except PipelineConfigError as error:
 # longer ones from the RAG service. They do not send their answers' lengths
 # (`max_tokens="context"`), so the preset learns output lengths as it would live.
 #
-# Stock vLLM (`fcfs`) admits everything; the `slo` preset admits a request only if it, and
-# every admitted request due before it, can still get its first token in time. Every second
+# Stock vLLM (`fcfs`) admits everything; the `slo` preset admits a request only if, served
+# earliest deadline first, it can still get its first token in time without making an
+# admitted request late. Every second
 # of virtual time we read the step model's out-of-sample error, as `/metrics` would.
 
 # %%
