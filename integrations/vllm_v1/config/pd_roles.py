@@ -21,8 +21,7 @@ from __future__ import annotations
 import attrs
 
 from integrations.vllm_v1.pipeline import Pipeline
-from policies import CacheAwareRanker, OnlineStepTimeModel, SegmentedLRU
-from policies.pd_scheduling import DecodeStepGate
+from policies import CacheAwareRanker, DecodeStepGate, OnlineStepTimeModel, SegmentedLRU
 
 DECODE_STEP_PRIOR_WEIGHT = 1e-3
 """How much the decode step model's conservative prior counts, in steps (see

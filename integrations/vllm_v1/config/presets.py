@@ -18,14 +18,14 @@ from policies import (
     WFQ,
     AdmissionController,
     CacheAwareRanker,
+    DuelingSLRU,
     EDFRanker,
     KVWatermarks,
     QoSRanker,
     SegmentedLRU,
+    SessionPins,
     TokenBucket,
 )
-from policies.adaptive_eviction import DuelingSLRU
-from policies.session_retention import SessionPins
 
 TenantWeights = Mapping[str, float]
 PresetFactory = Callable[[TenantWeights], Pipeline]
