@@ -41,6 +41,7 @@ import attrs
 from policies.admission import AdmissionDecision
 from policies.output_lengths import OutputLengths
 from policies.percentile import percentile
+from policies.slo_fairness import ClassFairShare
 from policies.slo_path import PathDelays, PathDelaysStats
 from policies.step_model import OnlineStepTimeModel, StepTimeModel
 from policies.validators import at_least, finite_non_negative, finite_positive
@@ -415,6 +416,10 @@ class TTFTDeadlineRanker:
     `SLOAdmission`)."""
     grants: ClassGrants | None = None
     """The classes each tenant may be judged in by length (as in `SLOAdmission`)."""
+    fairness: ClassFairShare | None = None
+    """Shares between the tenants of a class (the same object as `SLOAdmission.fairness`):
+    a request of a tenant over its share is ranked `ClassFairShare.lead_s` later, at most its
+    class's TTFT target (None: first come, first served within a class)."""
 
     def ttft_s(self, slo_class: str | None) -> float:
         """The first-token target of ``slo_class``."""
@@ -422,8 +427,13 @@ class TTFTDeadlineRanker:
         return self.default_ttft_s if target is None else target.ttft_s
 
     def rank_key(self, request: RequestView) -> float:
-        return request.arrival_s + self.ttft_s(resolve_class(
-            request, self.slos, self.tenant_classes, self.length_classes, self.grants))
+        cls = resolve_class(request, self.slos, self.tenant_classes, self.length_classes,
+                            self.grants)
+        ttft_s = self.ttft_s(cls)
+        if self.fairness is None or cls not in self.slos:
+            return request.arrival_s + ttft_s
+        return request.arrival_s + ttft_s + self.fairness.lead_s(request.tenant, cls,
+                                                                 request.arrival_s, ttft_s)
 
     def effective_priority(self, request: RequestView, now: float) -> float:
         return self.rank_key(request) - now
@@ -568,10 +578,21 @@ class SLOAdmission:
     (a first token is due ``egress_s`` before the client's deadline), a request that the
     path alone makes late is rejected even on an idle engine, and the feedback measures
     lateness where the first token leaves the server (`on_client_first_token`)."""
+    fairness: ClassFairShare | None = attrs.field(
+        default=None, validator=attrs.validators.optional(
+            attrs.validators.instance_of(ClassFairShare)))
+    """Weighted shares between the tenants of each class, fed by this policy (the same object
+    as `TTFTDeadlineRanker.fairness`). A request of a tenant over its share is planned on its
+    weighted share of the rate and served `ClassFairShare.lead_s` later; one of a tenant under
+    its share is tested against the work served before it only, and admitted requests that
+    were over their share in its class yield to it (their share left it that room). None:
+    first come, first served within a class."""
 
-    _deadlines: dict[str, tuple[float, float]] = attrs.field(init=False, factory=dict,
-                                                              repr=False)
-    """Admitted request id -> (latest acceptable first-token time, planning share)."""
+    _deadlines: dict[str, tuple[float, float, float, str]] = attrs.field(
+        init=False, factory=dict, repr=False)
+    """Admitted request id -> (its place in the order: latest acceptable first-token time plus
+    its fairness lead, planning share, that lead, the class it was over its share in or
+    "")."""
     _admitted: int = attrs.field(init=False, default=0, repr=False)
     _demoted: int = attrs.field(init=False, default=0, repr=False)
     _rejected: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
@@ -773,6 +794,20 @@ class SLOAdmission:
         """The share of the prefill rate a request of ``priority`` is planned on."""
         return self.planning_share.get(priority, 1.0)
 
+    def _placement(self, request: RequestView, cls: str, now: float
+                   ) -> tuple[float, float, str]:
+        """``(share of the rate, lead, the class it is over its share in or "")`` of
+        ``request`` judged in ``cls``: its priority's share, times its tenant's weighted
+        share where it is over it (`fairness`)."""
+        share = self.share(request.priority)
+        if self.fairness is None:
+            return share, 0.0, ""
+        fair_share = self.fairness.share(request.tenant, cls, now)
+        if fair_share == 1.0:
+            return share, 0.0, ""
+        lead = self.fairness.lead_s(request.tenant, cls, now, self.slos[cls].ttft_s)
+        return share * fair_share, lead, cls
+
     def kv_ready_s(self, request: RequestView, load: LoadSnapshot) -> float:
         """When the KV cache has room for ``request`` beside what is admitted: now, if the
         admitted requests' prompts and expected outputs leave room for its own; else when
@@ -824,27 +859,33 @@ class SLOAdmission:
         return releases
 
     def _late(self, load: LoadSnapshot, due: float, share: float, tokens: float,
-              kv_ready_s: float | None = None) -> tuple[float, float]:
+              kv_ready_s: float | None = None, lead_s: float = 0.0,
+              yielded_in: str = "") -> tuple[float, float]:
         """``(lateness of a new request, most lateness it adds to an admitted one due later
         that was on time)`` under EDF; each request is planned on its share of the rate, and
         lateness <= 0 is on time. A new request starts once KV (``kv_ready_s``) and a slot
         (`_slot_ready_s`) are free for it; an unstarted admitted one due later waits for one
         more slot with it admitted (with every slot taken, an urgent arrival takes the slot
-        a waiting request was counting on)."""
+        a waiting request was counting on). It takes its place ``lead_s`` after its deadline
+        (a tenant over its share, `fairness`); admitted requests that were over their share
+        in class ``yielded_in`` are not protected from it (their share left it that room)."""
         rate, step_s = self._rate_and_step(load)
         equivalents = self.step_model.prefill_token_equivalents
-        items = sorted((*self._deadlines.get(rid, (math.inf, 1.0)), equivalents(work, context))
+        items = sorted((*self._deadlines.get(rid, (math.inf, 1.0, 0.0, "")),
+                        equivalents(work, context))
                        for rid, work, context in self.ledger.with_prefill())
+        key = due + lead_s
         started = load.running_requests - len(self.ledger.decoding_ids())
         own_late, added, ahead = -math.inf, -math.inf, 0.0
         placed, before = False, 0
-        for index, (item_due, item_share, work) in enumerate(items):
-            if not placed and due < item_due:
+        for index, (item_key, item_share, item_lead, item_over, work) in enumerate(items):
+            if not placed and key < item_key:
                 placed = True
                 own_late = load.now + (ahead + tokens) / (rate * share) + step_s - due
             ahead += work
             before += not placed
-            if placed and item_due < math.inf:
+            if placed and item_key < math.inf and not (yielded_in and item_over == yielded_in):
+                item_due = item_key - item_lead
                 item_rate = rate * item_share
                 was = load.now + ahead / item_rate + step_s - item_due
                 late = was + tokens / item_rate
@@ -875,8 +916,9 @@ class SLOAdmission:
         if target is None:
             return math.inf
         due = self._due(request, target, self.egress_s(load.now))
-        late, _ = self._late(load, due, self.share(request.priority), self._work(request),
-                             self.kv_ready_s(request, load))
+        share, lead, over_in = self._placement(request, cls, load.now)
+        late, _ = self._late(load, due, share, self._work(request),
+                             self.kv_ready_s(request, load), lead, "" if over_in else cls)
         return late + due - request.arrival_s
 
     def predict_tpot_s(self, request: RequestView, load: LoadSnapshot) -> float:
@@ -955,8 +997,9 @@ class SLOAdmission:
                 continue
             goal = self.slos[cls]
             due = self._due(request, goal, egress)
-            own_late, added = self._late(load, due, self.share(request.priority), tokens,
-                                         kv_ready)
+            share, lead, over_in = self._placement(request, cls, load.now)
+            own_late, added = self._late(load, due, share, tokens, kv_ready, lead,
+                                         "" if over_in else cls)
             ttft = own_late + due - request.arrival_s
             first = first or (ttft, own_late)
             if (own_late <= 0 and added <= 0
@@ -1014,13 +1057,20 @@ class SLOAdmission:
                 ttft, ttft_target, egress = prediction
                 self._predicted[request.request_id] = (request.arrival_s, ttft + egress,
                                                        ttft_target)
-            self._deadlines[request.request_id] = (self._due(request, target, egress),
-                                                   self.share(request.priority))
+            share, lead, over_in = self._placement(request, cls, now)
+            self._deadlines[request.request_id] = (self._due(request, target, egress) + lead,
+                                                   share, lead, over_in)
+            if self.fairness is not None:
+                self.fairness.on_admitted(request.request_id, request.tenant, cls,
+                                          self.ledger.prefill_tokens(request),
+                                          self.ledger.expected_output_tokens(request), now)
 
     def on_first_scheduled(self, request: RequestView, now: float) -> None:
         pass
 
     def on_finished(self, request: RequestView, now: float) -> None:
+        if self.fairness is not None:
+            self.fairness.on_finished(request.request_id, request.output_tokens, now)
         self._deadlines.pop(request.request_id, None)
         self._pending_class.pop(request.request_id, None)
         self._class_of.pop(request.request_id, None)
@@ -1045,6 +1095,8 @@ class SLOAdmission:
         assert all(v > 0 for v in self._rejected.values())
         assert set(self._asked_class) <= set(self._class_of)
         self.ledger.check_invariants()
+        if self.fairness is not None:
+            self.fairness.check_invariants()
         if self.path is not None:
             self.path.check_invariants()
             assert len(self._awaiting_client) <= self.path.max_awaiting

@@ -7,6 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from policies import (
+    LoadSnapshot,
+    PrefillLedger,
+    RequestView,
+    SLOAdmission,
+    SLOTarget,
+    StepTimeModel,
+    TTFTDeadlineRanker,
+)
 from policies.slo_fairness import ClassFairShare
 
 
@@ -225,3 +234,59 @@ class FairShareMachine(RuleBasedStateMachine):
 FairShareMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=40,
                                               deadline=None)
 TestFairShareMachine = FairShareMachine.TestCase
+
+
+# -- with SLOAdmission and TTFTDeadlineRanker -------------------------------------------
+
+# 1,000 prefill tokens a step of 0.05 s: 20,000 prefill tokens/s, whatever runs.
+MODEL = StepTimeModel(base_s=0.026, decode_s_per_seq=0.0, prefill_s_per_token=2.4e-5)
+SLOS = {"chat": SLOTarget(ttft_s=0.5, tpot_s=1.0)}
+LOAD = LoadSnapshot(now=0.0, waiting_requests=1, running_requests=1, kv_usage=0.1,
+                    token_budget=8192)
+
+
+def slo_admission(fairness):
+    return SLOAdmission(slos=SLOS, ledger=PrefillLedger(), step_model=MODEL,
+                        max_prefill_tokens_per_step=1000, fairness=fairness)
+
+
+def arrive(admission, request_id, tenant):
+    """Decide on a 1,000-token request at 0 s and, if admitted, tell the observers."""
+    request = RequestView(request_id=request_id, arrival_s=0.0, prompt_tokens=1000,
+                          tenant=tenant, slo_class="chat", max_output_tokens=1)
+    admitted = admission.admit(request, LOAD).admitted
+    if admitted:
+        admission.ledger.on_admitted(request, 0.0)
+        admission.on_admitted(request, 0.0)
+    return admitted
+
+
+@pytest.mark.parametrize("fair", [True, False])
+def test_a_flood_leaves_room_for_the_share_of_a_tenant_already_there(fair):
+    admission = slo_admission(ClassFairShare() if fair else None)
+    assert arrive(admission, "q1", "quiet")
+    noisy = sum(arrive(admission, f"n{i}", "noisy") for i in range(20))
+    # alone, 9 requests fit the 0.5 s target at 20,000 tokens/s (less one step)
+    # with fairness: two on the whole rate (not over quiet's share yet), one on half of it
+    assert noisy == (3 if fair else 8)
+    assert arrive(admission, "q2", "quiet") is fair
+    if fair:  # served before the flood, which was planned with room for it
+        assert arrive(admission, "q3", "quiet")
+        assert admission.fairness.stats().over_share_admissions == {"noisy": 1}
+    admission.check_invariants()
+
+
+def test_the_ranker_serves_a_tenant_over_its_share_later_by_at_most_its_target():
+    fairness = ClassFairShare()
+    ranker = TTFTDeadlineRanker(slos=SLOS, fairness=fairness)
+    fairness.on_admitted("q1", "quiet", "chat", 1000, 0, 0.0)
+    fairness.on_admitted("n1", "noisy", "chat", 3000, 0, 0.0)
+
+    def key(tenant):
+        return ranker.rank_key(RequestView(request_id="r", arrival_s=1.0, prompt_tokens=10,
+                                           tenant=tenant, slo_class="chat"))
+
+    assert key("quiet") == 1.5 and key("noisy") == 1.5 + 0.5
+    assert TTFTDeadlineRanker(slos=SLOS).rank_key(RequestView(
+        request_id="r", arrival_s=1.0, prompt_tokens=10, tenant="noisy",
+        slo_class="chat")) == 1.5

@@ -22,6 +22,12 @@ Declared in plain vLLM flags as ``llm_serving_policies.slo`` (every key optional
   with the protected margin, while a request of that priority decodes: a tier protected
   by the priority its requests carry, whatever their class (``{"-1": 0.05}``);
 - ``demotions``: class -> the lower class its tenants accept instead of a rejection;
+- ``fairness``: ``true``, or ``{"weights": {"team-a": 2, "team-b": 1}, "half_life_s": 10}``:
+  the tenants of one class share its admission and its order in proportion to their
+  weights (an unlisted tenant weighs 1), charged the uncached prefill and decode tokens
+  of what they are admitted; only among the tenants active in the class, so a tenant
+  alone there is never held back (`ClassFairShare`). Off unless declared (first come,
+  first served within a class);
 - ``allowed_classes``: tenant -> the classes its requests may claim (``"*"``: every tenant
   not listed, anonymous requests included). By default a tenant named in ``tenants`` may
   claim its own class and every class whose ``ttft_s`` is no tighter; any other tenant
@@ -74,6 +80,7 @@ from policies import (
     TTFTDeadlineRanker,
 )
 from policies.slo_admission import ClassGrants
+from policies.slo_fairness import DEFAULT_HALF_LIFE_S, ClassFairShare
 from policies.slo_path import PathDelays
 from policies.step_model import CONSERVATIVE_PRIOR
 
@@ -108,10 +115,11 @@ PREEMPTION_RISK_SHARE = 0.5
 budget is left to start and run its prefill)."""
 _KEYS = ("classes", "tenants", "by_prompt_tokens", "protected", "protected_priorities",
          "demotions", "allowed_classes",
-         "min_prefill_tokens_per_step", "step_model_prior", "preemption")
+         "min_prefill_tokens_per_step", "step_model_prior", "preemption", "fairness")
 ALL_TENANTS = "*"
 """The ``allowed_classes`` key of every tenant not listed (anonymous requests included)."""
 _PREEMPTION_KEYS = ("risk_share", "max_per_request")
+_FAIRNESS_KEYS = ("weights", "half_life_s")
 
 
 def _error(path: str, message: str) -> PipelineConfigError:
@@ -163,6 +171,10 @@ class SLOSpec:
     max_preemptions_per_request: int = 1
     allowed: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
     """Declared ``allowed_classes`` (tenant or ``"*"`` -> classes); see `allowed_classes`."""
+    fairness_weights: Mapping[str, float] | None = None
+    """`ClassFairShare.weights` (an unlisted tenant weighs 1); None: no fairness within a
+    class (first come, first served)."""
+    fairness_half_life_s: float = DEFAULT_HALF_LIFE_S
 
     def allowed_classes(self, tenant: str | None) -> frozenset[str]:
         """The classes ``tenant``'s requests may claim (None: an anonymous request)."""
@@ -241,7 +253,8 @@ class SLOSpec:
                    min_prefill_tokens_per_step=step_tokens,
                    step_model_prior=_prior(entry.get("step_model_prior")),
                    preemption_risk_share=risk_share, max_preemptions_per_request=per_request,
-                   allowed=_allowed(entry.get("allowed_classes", {}), classes))
+                   allowed=_allowed(entry.get("allowed_classes", {}), classes),
+                   **_fairness(entry.get("fairness", False)))
 
 
 def _preemption(value: object) -> tuple[float | None, int]:
@@ -259,6 +272,24 @@ def _preemption(value: object) -> tuple[float | None, int]:
         raise _error("preemption.max_per_request",
                      f"must be a positive integer, got {per_request!r}")
     return float(share), per_request
+
+
+def _fairness(value: object) -> dict[str, Any]:
+    if value is False:
+        return {}
+    fields = _mapping("fairness", value) if value is not True else {}
+    for key in fields:
+        if key not in _FAIRNESS_KEYS:
+            raise _error(f"fairness.{key}", f"is not a key: use {', '.join(_FAIRNESS_KEYS)}")
+    weights = {}
+    for tenant, weight in _mapping("fairness.weights", fields.get("weights", {})).items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not (
+                math.isfinite(weight) and weight > 0):
+            raise _error(f"fairness.weights.{tenant}",
+                         f"must be a positive number, got {weight!r}")
+        weights[_name("fairness.weights", tenant)] = float(weight)
+    return {"fairness_weights": weights, "fairness_half_life_s": _seconds(
+        "fairness.half_life_s", fields.get("half_life_s", DEFAULT_HALF_LIFE_S))}
 
 
 def _by_prompt_tokens(value: object, classes: Mapping[str, SLOTarget]
@@ -331,6 +362,8 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     ledger = PrefillLedger(learn_tenant_hits=False)
     model = OnlineStepTimeModel(prior=spec.step_model_prior)
     grants = spec.grants()
+    fairness = None if spec.fairness_weights is None else ClassFairShare(
+        weights=spec.fairness_weights, half_life_s=spec.fairness_half_life_s)
     admission = SLOAdmission(
         slos=classes, ledger=ledger, step_model=model,
         max_prefill_tokens_per_step=spec.min_prefill_tokens_per_step, tpot_step_bound=True,
@@ -341,7 +374,7 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         protected_tpot_s={priority: PROTECTED_HEADROOM * tpot
                           for priority, tpot in spec.protected_priorities.items()},
         min_headroom=MIN_HEADROOM, max_headroom=MAX_HEADROOM, grants=grants,
-        path=PathDelays())
+        path=PathDelays(), fairness=fairness)
     budget = StepPrefillBudget(max_prefill_tokens=spec.min_prefill_tokens_per_step,
                                interactive_prompt_tokens=0, bound=admission)
     preemption = None if spec.preemption_risk_share is None else SlotPreemption(
@@ -350,7 +383,7 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         max_preemptions_per_request=spec.max_preemptions_per_request, grants=grants)
     return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
                                                tenant_classes=dict(spec.tenants),
-                                               grants=grants),
+                                               grants=grants, fairness=fairness),
                     preemption=preemption,
                     rate=TokenCaps(policies=(budget, ledger)), admission=admission,
                     step_model=model, watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1,
