@@ -21,9 +21,10 @@ and tells the two policies which tenants are over their weighted share:
   ``D_i / w_i > ΣD / Σw``: its part of the class's recent work exceeds its part of the
   weights. At least one active tenant is never over (the lowest ``D / w`` is at most the mean).
 * **Admission share.** A request of a tenant over its share is planned on ``w_i / Σw`` of
-  the prefill rate (`share`): it is admitted only while its class leaves room for the
-  others' shares, which is the room their arrivals are served in. A request of a tenant
-  under its share is planned on the whole rate.
+  the prefill rate (`share`), and `SLOAdmission` counts what it adds to the step time
+  ``Σw / w_i`` times against the TPOT bound: it is admitted only while its class leaves
+  room for the others' shares, which is the room their arrivals are served in. A request
+  of a tenant under its share is planned on the whole rate.
 * **Order.** A request of a tenant over its share is served as if it arrived `lead_s`
   later: the time the class, at its recent rate ``ΣD ln 2 / half_life_s``, would need to
   serve the other tenants up to their weighted shares of this one's excess,
