@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what clients send as max_tokens: each answer's length (policies "
                              "see it), or the rest of the context window (they do not: the "
                              "answer still ends at its length, by a stop token)")
+    parser.add_argument("--live-load", type=float, default=1.0,
+                        help="with --live: every tenant's rate times this (the default scale "
+                             "does not overload the CPU engine; see docs/results/live_slo.md)")
     parser.add_argument("--live", action="store_true",
                         help="a scaled-down run through real CPU vLLM servers over HTTP "
                              "(writes live_summary.json, live_report.md; see `live`)")
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.live:
         return main_live(args.out, quick=args.quick, seed=args.seed,
                          systems=(args.systems or ",".join(LIVE_SYSTEMS)).split(","),
-                         max_tokens=args.max_tokens)
+                         max_tokens=args.max_tokens, load=args.live_load)
     started = time.perf_counter()
     phase_s = args.phase_s or (QUICK_PHASE_S if args.quick else PHASE_S)
     workload = business_workload(seed=args.seed, phase_s=phase_s)

@@ -94,6 +94,12 @@ class LiveScale:
     enforce_eager: bool = True
     """No CUDA graphs (a CPU engine has none; a GPU run turns them on)."""
 
+    def loaded(self, load: float) -> LiveScale:
+        """This scale with every rate ``load`` times higher (``--live-load``)."""
+        if not load > 0:
+            raise ValueError(f"load must be > 0, got {load}")
+        return attrs.evolve(self, rate_scale=self.rate_scale * load)
+
     @property
     def time_scale(self) -> float:
         """Live seconds per second of the replay study."""
@@ -354,10 +360,12 @@ def write_live(summary: dict, out: Path) -> None:
 
 
 def main_live(out: Path, *, quick: bool, seed: int, systems: Sequence[str],
-              max_tokens: MaxTokens = "output") -> dict:
-    """The ``--live`` command: run, write, print the headline."""
+              max_tokens: MaxTokens = "output", load: float = 1.0) -> dict:
+    """The ``--live`` command: run, write, print the headline. ``load`` multiplies every
+    tenant's rate (`LiveScale.loaded`)."""
     started = time.perf_counter()
-    summary = run_live_study(scale=QUICK if quick else LiveScale(), seed=seed, systems=systems,
+    scale = (QUICK if quick else LiveScale()).loaded(load)
+    summary = run_live_study(scale=scale, seed=seed, systems=systems,
                              log_dir=out / "logs", max_tokens=max_tokens,
                              progress=lambda s: print(f"live: {s} ...", flush=True))
     write_live(summary, out)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -120,6 +121,8 @@ def console_table(summary: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     logging.getLogger("vllm").setLevel(logging.ERROR)
+    # a terminated benchmark still stops its server and busy-loop child (``finally`` blocks)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     settings = settings_from(args)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

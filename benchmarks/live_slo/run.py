@@ -43,9 +43,9 @@ from benchmarks.live_slo.summary import (
     run_metrics,
 )
 from benchmarks.live_slo.workload import Scenario, build_requests, poisson_arrivals
-from benchmarks.ray_serve_live import MODEL_SPEC
 from benchmarks.replay.systems import QUEUE_CAPS
 from integrations.vllm_v1.config.slo import slo_pipeline
+from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 from integrations.vllm_v1.serving.server import LocalServer, serve
 
 STOCK = ("fcfs", "priority")
@@ -119,10 +119,9 @@ class Settings:
 
 
 def model_dir() -> str:
-    """The benchmark's dummy-weight model (the Ray Serve live benchmark's shape)."""
-    from integrations.vllm_v1.instruments.tiny_model import TinyModelSpec, tiny_model_dir
-
-    return str(tiny_model_dir("dummy", spec=TinyModelSpec(**MODEL_SPEC)))
+    """The benchmark's model: the tiny dummy-weight Llama (`TinyModelSpec` defaults), the live
+    business case's."""
+    return str(tiny_model_dir("dummy"))
 
 
 def _ready(server: LocalServer) -> str:
@@ -172,6 +171,8 @@ def measure_capacity(settings: Settings, *, model: str, out: Path,
             requests = build_requests(arrivals, seed=index, prefix=f"cap{index}-")
             records, replies = play_run(server, served, "fcfs", requests,
                                         drain_s=settings.drain_s)
+            write_requests(out / "capacity" / f"step{index}" / "requests.jsonl", records,
+                           replies, requests)
             metrics = run_metrics(records, replies, window_s=settings.capacity_step_s)
             steps.append({"rate_rps": rate, **metrics})
             progress(f"capacity {rate:.1f} req/s: goodput {metrics['goodput_rps']:.2f}")
@@ -245,7 +246,7 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
     return {"config": {"seeds": list(settings.seeds), "systems": systems,
                        "scenarios": scenarios, "drain_s": settings.drain_s,
                        "server_per_run": settings.server_per_run,
-                       "scale": attrs.asdict(settings.scale), "model_spec": MODEL_SPEC,
+                       "scale": attrs.asdict(settings.scale), "model": model,
                        "slo_declaration": DECLARATION},
             "capacity": capacity, "runs": runs,
             "goals": evaluate_goals(runs, scenarios),

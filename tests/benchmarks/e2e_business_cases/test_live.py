@@ -49,6 +49,16 @@ def test_prompts_fit_the_model_and_share_the_tenant_prefix_until_the_switch():
         "a client's patience is real seconds, as its SLO")
 
 
+def test_a_loaded_scale_offers_more_requests_in_every_phase():
+    loaded = SCALE.loaded(4.0)
+    assert loaded.rate_scale == 4 * SCALE.rate_scale and loaded.phase_s == SCALE.phase_s
+    base = business_workload(phase_s=SCALE.phase_s, rate_scale=SCALE.rate_scale, seed=1)
+    more = business_workload(phase_s=loaded.phase_s, rate_scale=loaded.rate_scale, seed=1)
+    assert len(more.trace.requests) > 3 * len(base.trace.requests)
+    with pytest.raises(ValueError, match="load must be > 0"):
+        SCALE.loaded(0)
+
+
 def test_metrics_page_gauges_become_an_engine_sample():
     page = ('# HELP vllm:num_requests_waiting x\nvllm:num_requests_waiting{model="m"} 7.0\n'
             'vllm:num_requests_running{model="m"} 3.0\n'
