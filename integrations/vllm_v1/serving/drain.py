@@ -30,7 +30,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -53,6 +53,10 @@ DRAINING_MESSAGE = "server is shutting down: retry on another instance"
 STOPPED_MESSAGE = ("server shut down before the request finished (drain grace period "
                    "over): retry on another instance")
 _LOG = logging.getLogger("vllm.llm_serving_policies")
+
+
+def _sigint() -> None:
+    os.kill(os.getpid(), signal.SIGINT)  # vLLM's own shutdown
 
 
 @attrs.define(eq=False)
@@ -114,6 +118,8 @@ class Drain:
 
     grace_s: float = DEFAULT_GRACE_S
     end_wait_s: float = END_WAIT_S
+    stop_server: Callable[[], None] = attrs.field(default=_sigint, repr=False)
+    """Called once the drain is over: ``SIGINT`` to this process (vLLM's own shutdown)."""
     draining: bool = attrs.field(default=False, init=False)
     stopping: bool = attrs.field(default=False, init=False)
     """The grace period is over: what is in flight is being ended."""
@@ -170,7 +176,7 @@ class Drain:
             if not await self._idle_within(self.end_wait_s):
                 await self._end_the_rest()
         _LOG.info("drained (%d request(s) still in flight): stopping", self.in_flight)
-        os.kill(os.getpid(), signal.SIGINT)  # vLLM's own shutdown
+        self.stop_server()
 
     async def _idle_within(self, timeout_s: float) -> bool:
         """Whether no request is in flight, waiting up to ``timeout_s``."""
