@@ -17,10 +17,10 @@ def test_an_unexpected_outcome_breaks_the_balance():
     assert not accounting(Counter(completed=5, unexpected=1))["balanced"]
 
 
-def test_memory_growth_is_judged_against_the_kv_pages_written():
-    assert verdict(10.0, kv_written_mb=128.0) == "flat"
-    assert verdict(120.0, kv_written_mb=128.0) == "within the KV cache"
-    assert verdict(120.0, kv_written_mb=20.0) == "beyond the KV cache"
+def test_memory_growth_is_judged_by_whether_it_levels_off():
+    assert verdict(10.0, tail_growth_mb=0.0) == "flat"
+    assert verdict(120.0, tail_growth_mb=4.0) == "levels off"
+    assert verdict(120.0, tail_growth_mb=40.0) == "still growing"
 
 
 def test_this_process_memory_is_read_from_proc():
@@ -28,8 +28,7 @@ def test_this_process_memory_is_read_from_proc():
     assert memory["rss"] >= memory["anon"] > 0 and memory["file"] >= 0
 
 
-KV_MB, KV_TOKENS = 128.0, 65536
-"""A 128 MiB KV cache of 65,536 tokens: 2 KiB a token."""
+KV_TOKENS = 65536
 
 
 def sample(t_s, phase, anon, tokens):
@@ -37,31 +36,25 @@ def sample(t_s, phase, anon, tokens):
             "processes": {"worker": {"rss": anon + 100.0, "anon": anon, "file": 100.0}}}
 
 
-def report(samples):
+def report(anon_at, tokens_at):
+    """The report of 14 samples 5 s apart (two of warm-up), memory and tokens by index."""
     trace = MemoryTrace("http://127.0.0.1:1", os.getpid(), every_s=5.0)
-    trace.samples = samples
-    result = trace.report(KV_MB, KV_TOKENS)
+    trace.samples = [sample(5.0 * i, "soak" if i > 1 else "warmup", anon_at(i), tokens_at(i))
+                     for i in range(14)]
+    result = trace.report(128.0, KV_TOKENS)
     return result["processes"]["worker"], result
 
 
-def test_growth_that_follows_the_kv_pages_written_is_explained():
-    # 10,240 tokens (20 MiB of KV) a sample: anonymous memory follows until the cache is full
-    worker, result = report([sample(5 * i, "soak" if i > 1 else "warmup",
-                                    500.0 + min(20.0 * i, 120.0), 10240 * i)
-                             for i in range(14)])
-    assert (worker["verdict"], worker["growing_at_end"], result["explained"]) == (
-        "within the KV cache", False, True)
+def test_growth_that_levels_off_is_no_leak():
+    worker, result = report(lambda i: 500.0 + min(20.0 * i, 120.0), lambda i: 10240 * i)
+    assert (worker["verdict"], result["leak_suspects"], result["kv_full_at_s"]) == (
+        "levels off", [], 35.0)  # 71,680 tokens written by the 8th sample
     assert worker["anon_mb"] == {"startup": 500.0, "warm": 540.0, "end": 620.0}
-    assert result["kv_written_mb"] == KV_MB
+    assert worker["anon_growth_after_kv_full_mb"] == 0.0  # it stopped with the KV pages
 
 
-def test_growth_past_the_kv_pages_written_is_a_leak():
-    # the KV cache was written through during the warm-up; memory keeps growing after
-    worker, result = report([sample(5 * i, "soak" if i > 1 else "warmup", 500.0 + 30.0 * i,
-                                    KV_TOKENS * 2 + 100 * i) for i in range(14)])
-    assert (worker["verdict"], worker["growing_at_end"], result["explained"]) == (
-        "beyond the KV cache", True, False)
-    # still within the KV cache's size in total, but growing while no KV page is new
-    worker, result = report([sample(5 * i, "soak" if i > 1 else "warmup", 500.0 + 8.0 * i,
-                                    KV_TOKENS * 2) for i in range(14)])
-    assert worker["anon_growth_mb"] == 104.0 and worker["verdict"] == "beyond the KV cache"
+def test_growth_after_the_kv_cache_was_written_through_is_a_leak_suspect():
+    worker, result = report(lambda i: 500.0 + 8.0 * i, lambda i: 2 * KV_TOKENS)
+    assert (worker["verdict"], result["leak_suspects"]) == ("still growing", ["worker"])
+    assert worker["anon_growth_after_kv_full_mb"] == 104.0
+    assert worker["tail_mb_per_min"] == 96.0  # 8 MiB per 5 s
