@@ -23,6 +23,10 @@ PRIORITY_MAX = 20
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 """Names match it whole (`re.fullmatch`: no trailing newline slips through a `$`)."""
 METADATA_KEYS = ("tenant", "slo_class", "deadline_ms", "session_id")
+RECEIVED_KEY = "llm_serving_policies_received_s"
+"""The ``vllm_xargs`` key in which the API server's middleware stamps when it received the
+request (wall clock), overwriting whatever a client sent: a request's SLO clock starts
+there, before vLLM parses and renders it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -37,6 +41,8 @@ class RequestMetadata:
     session_id: str | None = None
     """The agent session (conversation) the request is one call of: a hint for policies
     that keep a session's context cached or routed together."""
+    received_s: float | None = None
+    """When the API server received the request (`RECEIVED_KEY`), where it stamped it."""
 
 
 def _name(key: str, value: object) -> str:
@@ -69,6 +75,14 @@ def _deadline_ms(value: object) -> float:
     return float(value)
 
 
+def _received_s(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+            value):
+        raise InvalidRequestMetadata(f"vllm_xargs.{RECEIVED_KEY} must be a finite number, got "
+                                     f"{value!r}")
+    return float(value)
+
+
 def parse_request_metadata(
     priority: object = 0, extra_args: Mapping[str, object] | None = None
 ) -> RequestMetadata:
@@ -87,4 +101,5 @@ def parse_request_metadata(
         slo_class=_name("slo_class", args["slo_class"]) if "slo_class" in args else None,
         deadline_ms=_deadline_ms(args["deadline_ms"]) if "deadline_ms" in args else None,
         session_id=_name("session_id", args["session_id"]) if "session_id" in args else None,
+        received_s=_received_s(args[RECEIVED_KEY]) if RECEIVED_KEY in args else None,
     )

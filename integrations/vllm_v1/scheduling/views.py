@@ -5,6 +5,10 @@ from __future__ import annotations
 from integrations.vllm_v1.vllm_surface.names import Request
 from policies import RequestMetadata, RequestView, parse_request_metadata
 
+MAX_FRONTEND_S = 60.0
+"""The most seconds a request may have spent in the API server before vLLM stamped its
+``arrival_time``; an earlier ``received_s`` is not believed (a clock step, a forged key)."""
+
 
 def request_metadata(request: Request) -> RequestMetadata:
     """Validated priority, tenant, class and deadline of a vLLM request.
@@ -17,17 +21,29 @@ def request_metadata(request: Request) -> RequestMetadata:
     return parse_request_metadata(request.priority, extra_args)
 
 
+def arrival_s(request: Request, metadata: RequestMetadata) -> float:
+    """When the request's clock starts: when the API server received it, where its middleware
+    stamped that (`RECEIVED_KEY`) no more than `MAX_FRONTEND_S` before vLLM's ``arrival_time``;
+    else ``arrival_time``."""
+    received = metadata.received_s
+    arrival = request.arrival_time
+    if received is not None and arrival - MAX_FRONTEND_S <= received <= arrival:
+        return received
+    return arrival
+
+
 def request_view(request: Request, metadata: RequestMetadata,
                  cached_tokens: int = 0) -> RequestView:
     """A frozen view of ``request`` as it stands now (``cached_tokens``: found on admission)."""
+    arrival = arrival_s(request, metadata)
     deadline_s = (
-        request.arrival_time + metadata.deadline_ms / 1000.0
+        arrival + metadata.deadline_ms / 1000.0
         if metadata.deadline_ms is not None
         else None
     )
     return RequestView(
         request_id=request.request_id,
-        arrival_s=request.arrival_time,
+        arrival_s=arrival,
         prompt_tokens=request.num_prompt_tokens,
         priority=metadata.priority,
         computed_tokens=request.num_computed_tokens,

@@ -58,6 +58,7 @@ from integrations.vllm_v1.serving.tenants import (
     class_refusal,
 )
 from policies import InvalidRequestMetadata, parse_request_metadata
+from policies.metadata import RECEIVED_KEY
 from policies.views import DEFAULT_TENANT
 
 PRIORITY_HEADER = b"x-vllm-priority"
@@ -85,9 +86,10 @@ class Checked:
 def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: EngineRoute, *,
                   binding: TenantBinding | None = None, slo: SLOSpec | None = None,
                   client_host: str | None = None, ticket: str | None = None,
-                  now: float = 0.0) -> Checked:
+                  now: float = 0.0, received_s: float | None = None) -> Checked:
     """Check one engine-bound request (``payload``: its parsed JSON body; ``slo``: the
-    ``slo`` preset's declaration, when served)."""
+    ``slo`` preset's declaration, when served; ``received_s``: when the server received it,
+    stamped beside the ticket so its SLO clock starts there)."""
     identity: Identity | None = None
     if binding is not None:
         found = binding.identify(headers, client_host, now)
@@ -132,11 +134,13 @@ def check_request(payload: object, headers: list[tuple[bytes, bytes]], route: En
                                            "be served on it")
     if not route.reads_xargs or (identity is None and ticket is None):
         return Checked()
-    xargs = {k: v for k, v in (extra_args or {}).items() if k != TICKET_KEY}
+    xargs = {k: v for k, v in (extra_args or {}).items() if k not in (TICKET_KEY, RECEIVED_KEY)}
     if identity is not None:
         xargs["tenant"] = identity.tenant
     if ticket is not None:
         xargs[TICKET_KEY] = ticket
+        if received_s is not None:
+            xargs[RECEIVED_KEY] = received_s
     return Checked(payload=_with_xargs(payload, route.xargs_path, xargs))
 
 
@@ -185,7 +189,8 @@ class Forward:
 
 async def forward_checked(scope: Scope, receive: Receive, send: Send, route: EngineRoute, *,
                           binding: TenantBinding | None, ticket: str | None,
-                          slo: SLOSpec | None = None) -> Forward | None:
+                          slo: SLOSpec | None = None,
+                          received_s: float | None = None) -> Forward | None:
     """Check the engine-bound request ``scope`` (reading its body): what to pass on, or None
     when it was answered with an error."""
     body = await read_body(receive)
@@ -206,7 +211,7 @@ async def forward_checked(scope: Scope, receive: Receive, send: Send, route: Eng
     client = scope.get("client")
     checked = check_request(payload, list(scope.get("headers", [])), route, binding=binding,
                             slo=slo, client_host=client[0] if client else None,
-                            ticket=ticket, now=time.time())
+                            ticket=ticket, now=time.time(), received_s=received_s)
     if checked.status:
         await send_error(send, checked.status, checked.message, anthropic=route.anthropic_errors)
         return None

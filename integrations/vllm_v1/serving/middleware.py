@@ -27,6 +27,8 @@ fails the start with its message.
 
 from __future__ import annotations
 
+import time
+
 import attrs
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
@@ -113,6 +115,7 @@ class PolicyMiddleware:
 
     async def _engine_request(self, setup: _Setup, route: EngineRoute, scope: Scope,
                               receive: Receive, send: Send) -> None:
+        received_s = time.time()
         book = setup.book
         visit = setup.frontend.visit() if setup.frontend is not None else None
         leave = visit.leave if visit is not None else None
@@ -120,7 +123,7 @@ class PolicyMiddleware:
         try:
             forward = await forward_checked(scope, receive, send, route,
                                             binding=setup.binding, ticket=ticket,
-                                            slo=setup.slo)
+                                            slo=setup.slo, received_s=received_s)
             if forward is not None and visit is not None:
                 forward = await visit.admit(forward, route, send)
             if forward is None:

@@ -4,6 +4,7 @@ and a real rejection channel (the stand-in sends what the engine's hook would)."
 import argparse
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -16,6 +17,7 @@ from integrations.vllm_v1.rejection import Rejection
 from integrations.vllm_v1.serving.http_status import has_output
 from integrations.vllm_v1.serving.middleware import PolicyMiddleware
 from integrations.vllm_v1.serving.rejection_channel import TICKET_KEY, new_channel_address
+from policies.metadata import RECEIVED_KEY
 
 
 class Body(BaseModel):
@@ -167,6 +169,14 @@ def test_the_ticket_reaches_the_engine_and_a_client_ticket_is_replaced():
     app, received = stand_in(channel=False)
     call(app, "/v1/completions", {"vllm_xargs": {TICKET_KEY: "forged"}})
     assert received[-1]["vllm_xargs"] == {TICKET_KEY: "forged"}  # no channel: body untouched
+
+
+def test_the_time_the_server_received_a_request_reaches_the_engine_and_a_forged_one_goes():
+    app, received = stand_in()
+    before = time.time()
+    call(app, "/v1/completions", {"vllm_xargs": {RECEIVED_KEY: 0.0, "tenant": "acme"}})
+    stamped = received[-1]["vllm_xargs"][RECEIVED_KEY]
+    assert before <= stamped <= time.time()
 
 
 @pytest.mark.parametrize("values", [("999", "0"), ("0", "999"), ("1", "1")])
