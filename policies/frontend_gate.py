@@ -4,7 +4,7 @@ Before the scheduler sees a request, the API server reads, checks and tokenizes 
 to the engine core: the frontend's pre-engine stage. Under load that stage queues, and its wait
 counts in the client's time to first token although the engine never sees it. The gate counts
 the requests in the stage (`enter` / `leave`), learns the stage's service rate online
-(completions per second of busy time, over a window) and, for an arriving request with ``k``
+(completions per second of busy time, over a window of busy time) and, for an arriving request with ``k``
 requests ahead, predicts its wait as ``k / rate``. When that wait alone exceeds the request's
 TTFT target, admitting it cannot meet the target: it is refused at once (reason
 ``frontend_busy``), with a Retry-After of the predicted wait.
@@ -52,13 +52,15 @@ class FrontendGateStats:
 class FrontendGate:
     """Admits a request only if its predicted wait in the frontend stage is within its TTFT.
 
-    The rate is the completions in the last ``window_s`` seconds (at most ``max_samples``)
-    over the busy time (time with at least one request in the stage) since the oldest of
-    them, so a stage that stops completing while busy sees its rate fall.
+    The rate is the completions in the last ``window_s`` seconds of busy time (time with at
+    least one request in the stage; at most ``max_samples``) over the busy time since the
+    oldest of them, so a stage that stops completing while busy sees its rate fall, and an
+    idle stage keeps the rate it last measured: a burst after a quiet spell meets a gate
+    that already knows how fast the stage drains.
     """
 
     window_s: float = attrs.field(default=10.0, validator=finite_positive)
-    """How far back completions count toward the rate."""
+    """How many busy seconds back completions count toward the rate."""
     min_completions: int = attrs.field(default=8, validator=int_at_least(2))
     """Completions in the window needed before the rate is trusted (and anything refused)."""
     max_samples: int = attrs.field(default=1024, validator=int_at_least(2))
@@ -80,7 +82,7 @@ class FrontendGate:
         if self._in_stage > 0:
             self._busy_s += now - self._last_s
         self._last_s = now
-        while self._done and self._done[0][0] < now - self.window_s:
+        while self._done and self._done[0][1] < self._busy_s - self.window_s:
             self._done.popleft()
 
     def enter(self, now: float) -> int:

@@ -52,12 +52,14 @@ def test_a_stage_busy_without_completions_slows_its_rate():
     assert gate.rate_per_s(now + 0.19) == pytest.approx(19 / 0.38)  # 0.19 s busy, none done
 
 
-def test_idle_time_does_not_count_and_old_completions_are_forgotten():
-    gate = FrontendGate(window_s=10.0)
+def test_idle_time_does_not_count_and_old_completions_are_forgotten_in_busy_time():
+    gate = FrontendGate(window_s=1.0)
     now = sequential(gate, 0.01, 20)
-    assert gate.rate_per_s(now + 5.0) == pytest.approx(100)  # idle: the rate holds
-    assert gate.rate_per_s(now + 10.5) is None  # all older than the window
-    assert gate.decide(1000, 0.001, now + 10.5).admitted
+    assert gate.rate_per_s(now + 600.0) == pytest.approx(100), "idle: the rate holds"
+    assert not gate.decide(1000, 0.5, now + 600.0).admitted, (
+        "a burst after a quiet spell meets the rate measured before it")
+    now = sequential(gate, 0.1, 20, start=now + 600.0)  # 2 busy s at a tenth of the rate
+    assert gate.rate_per_s(now) == pytest.approx(10), "the fast completions left the window"
 
 
 def test_a_refusal_names_the_reason_and_waits_the_predicted_time():
