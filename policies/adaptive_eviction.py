@@ -124,9 +124,8 @@ class _TenantPins:
         weight = self.weights.get
         active = keys.keys() | {tenant}
         total = sum(weight(t, 1.0) for t in active)
-        mine = keys.get(tenant)
-        if mine is not None and len(mine) >= limit * weight(tenant, 1.0) / total:
-            return False, None
+        if len(keys.get(tenant, ())) >= limit * weight(tenant, 1.0) / total:
+            return False, None  # at its share (every tenant is, with no budget)
         if held < limit:
             return True, None
         over, victim = 0.0, None

@@ -100,3 +100,19 @@ def test_one_tenant_named_decides_as_no_tenant():
         results.append((result.hit_blocks, result.evictions, order.stats(),
                         order.duel_stats()))
     assert results[0] == results[1]
+
+
+def test_a_tenant_whose_pins_are_off_takes_no_other_tenants_pin():
+    """Judged pins off for a tenant (no budget for it) refuse its turns: they do not end
+    another tenant's pins to make room."""
+    order = DuelingSLRU(session_pins=SessionPins(max_pinned_fraction=0.5))
+    release_chain(order, [f"x{i}" for i in range(20)])
+    order._pins_on = True  # the first tenant's pins were judged on before a second came
+    for i in range(30):
+        finish_turn(order, "a", f"a{i}", [f"a{i}"])
+    held = order.pins_by_tenant()
+    assert held["a"] > 0
+    for i in range(10):
+        finish_turn(order, "b", f"b{i}", [f"b{i}"])  # "b" is new: judged off until it pays
+    assert order.pins_by_tenant() == held
+    order.check_invariants()
