@@ -158,6 +158,9 @@ class Responder:
     holding: bool = True
     answered: bool = False
     streaming: bool = False
+    stream_times: list[float] | None = None
+    """[first chunk with output sent, last one sent, chunks with output] once a stream's
+    first token left (reported to the engine when the stream ends)."""
 
     async def send(self, message: Message) -> None:
         if self.on_first_message is not None:
@@ -167,6 +170,8 @@ class Responder:
             return  # the response was replaced by a rejection: drop the rest
         if not self.holding:
             await self.downstream(message)
+            if self.stream_times is not None:
+                self._stream_sent(message)
             return
         if message["type"] == "http.response.start":
             self.held.append(message)
@@ -248,6 +253,20 @@ class Responder:
     def _first_token_sent(self, sent_s: float) -> None:
         if self.book is not None and self.ticket is not None:
             self.book.report_first_token(self.ticket, sent_s)
+            self.stream_times = [sent_s, sent_s, 1]
+
+    def _stream_sent(self, message: Message) -> None:
+        """Time the stream's chunks with output as they leave; report it when it ends."""
+        times = self.stream_times
+        body = message.get("body", b"")
+        if body:
+            chunks = sum(has_output(payload) for payload in sse_payloads(body))
+            if chunks:
+                times[1] = time.time()
+                times[2] += chunks
+        if not message.get("more_body", False) and self.book is not None:
+            self.stream_times = None
+            self.book.report_stream_end(self.ticket, *times)
 
 
 def _started_with(start: Message, judged: Judged | None) -> Message:

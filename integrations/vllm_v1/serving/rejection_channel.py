@@ -73,6 +73,7 @@ MAX_RETAINED_FINISHED = 65_536
 """Finished requests' tickets kept at most (the oldest are forgotten first)."""
 FIRST_TOKEN_SUFFIX = "-first-token"
 _ADMITTED = "admitted:"
+_STREAM_END = "end:"
 _LOG = logging.getLogger("vllm.llm_serving_policies")
 
 
@@ -173,6 +174,29 @@ def decode_first_token(message: bytes) -> tuple[str, float] | None:
     return (ticket, sent_s) if ticket and math.isfinite(sent_s) else None
 
 
+def encode_stream_end(ticket: str, first_s: float, last_s: float, chunks: int) -> bytes:
+    """API server -> engine: ``ticket``'s stream sent ``chunks`` chunks with output, the first
+    at ``first_s`` and the last at ``last_s`` (wall clock)."""
+    return f"{_STREAM_END}{ticket}\n{first_s!r}\n{last_s!r}\n{chunks}".encode()
+
+
+def decode_stream_end(message: bytes) -> tuple[str, float, float, int] | None:
+    """(ticket, first_s, last_s, chunks) from `encode_stream_end`; None for anything else."""
+    text = message.decode("utf-8", "replace")
+    if not text.startswith(_STREAM_END):
+        return None
+    fields = text.removeprefix(_STREAM_END).split("\n")
+    try:
+        ticket, first_s, last_s, chunks = fields[0], float(fields[1]), float(fields[2]), int(
+            fields[3])
+    except (IndexError, ValueError):
+        return None
+    if not ticket or not (math.isfinite(first_s) and math.isfinite(last_s)) or (
+            last_s < first_s or chunks < 1):
+        return None
+    return ticket, first_s, last_s, chunks
+
+
 # -- engine side -----------------------------------------------------------------
 
 
@@ -194,6 +218,17 @@ class HearsClientFirstTokens(Protocol):
         ...
 
 
+@runtime_checkable
+class HearsClientStreams(Protocol):
+    """An admission policy that learns how fast streams reached the client."""
+
+    def on_client_stream_end(self, request_id: str, first_s: float, last_s: float,
+                             chunks: int) -> None:
+        """``request_id``'s stream sent ``chunks`` chunks with output, the first at
+        ``first_s`` and the last at ``last_s`` (wall clock)."""
+        ...
+
+
 def request_ticket(request: Any) -> str | None:
     """The ticket in a vLLM request's ``extra_args``, if any."""
     params = getattr(request, "sampling_params", None)
@@ -209,6 +244,8 @@ class ChannelHookStats:
     """Messages to the API server not sent: the channel was full."""
     first_tokens: int
     """First-token reports passed to the admission policy."""
+    stream_ends: int
+    """Stream-end reports passed to the admission policy."""
     unmatched: int
     """First-token reports for a ticket the engine no longer (or never) knew."""
     expired: int
@@ -248,6 +285,7 @@ class RejectionChannelHook(SchedulerHook):
         admission = scheduler.pipeline.admission
         self._judge = admission if isinstance(admission, JudgesClasses) else None
         self._hears = admission if isinstance(admission, HearsClientFirstTokens) else None
+        self._streams = admission if isinstance(admission, HearsClientStreams) else None
         self._clock = scheduler.clock
         self._requests: dict[str, str] = {}
         """ticket -> request id, from arrival until forgotten."""
@@ -299,7 +337,11 @@ class RejectionChannelHook(SchedulerHook):
                 message = self._pull.recv(self._zmq.NOBLOCK)
             except self._zmq.Again:
                 break
-            self._first_token(decode_first_token(message))
+            end = decode_stream_end(message)
+            if end is not None:
+                self._stream_end(end)
+            else:
+                self._first_token(decode_first_token(message))
         while self._finished and (len(self._finished) > MAX_RETAINED_FINISHED or next(
                 iter(self._finished.values())) < now - RETAIN_FINISHED_S):
             ticket, _ = self._finished.popitem(last=False)
@@ -307,14 +349,27 @@ class RejectionChannelHook(SchedulerHook):
             self._count("expired")
 
     def _first_token(self, report: tuple[str, float] | None) -> None:
-        request_id = None if report is None else self._requests.pop(report[0], None)
+        request_id = None if report is None else self._requests.get(report[0])
         if request_id is None:
             self._count("unmatched")
             return
-        self._finished.pop(report[0], None)
+        if self._streams is None:  # no stream-end report to wait for
+            self._requests.pop(report[0], None)
+            self._finished.pop(report[0], None)
         if self._hears is not None:
             self._hears.on_client_first_token(request_id, report[1])
         self._count("first_tokens")
+
+    def _stream_end(self, report: tuple[str, float, float, int]) -> None:
+        ticket, first_s, last_s, chunks = report
+        request_id = self._requests.pop(ticket, None)
+        self._finished.pop(ticket, None)
+        if request_id is None:
+            self._count("unmatched")
+            return
+        if self._streams is not None:
+            self._streams.on_client_stream_end(request_id, first_s, last_s, chunks)
+        self._count("stream_ends")
 
     def _count(self, what: str) -> None:
         self._counts[what] += 1
@@ -334,6 +389,7 @@ class RejectionChannelHook(SchedulerHook):
         """A frozen snapshot (see `ChannelHookStats`)."""
         return ChannelHookStats(dropped=self._counts["dropped"],
                                 first_tokens=self._counts["first_tokens"],
+                                stream_ends=self._counts["stream_ends"],
                                 unmatched=self._counts["unmatched"],
                                 expired=self._counts["expired"], tracked=len(self._requests))
 
@@ -476,12 +532,21 @@ class RejectionBook:
 
     def report_first_token(self, ticket: str, sent_s: float) -> None:
         """Tell the engine that ``ticket``'s first token left at ``sent_s`` (never blocks)."""
+        self._report(encode_first_token(ticket, sent_s))
+
+    def report_stream_end(self, ticket: str, first_s: float, last_s: float,
+                          chunks: int) -> None:
+        """Tell the engine how ``ticket``'s stream went out (`encode_stream_end`; never
+        blocks)."""
+        self._report(encode_stream_end(ticket, first_s, last_s, chunks))
+
+    def _report(self, message: bytes) -> None:
         if self._reports is None:
             return
         import zmq
 
         try:
-            self._reports.send(encode_first_token(ticket, sent_s), zmq.NOBLOCK)
+            self._reports.send(message, zmq.NOBLOCK)
         except zmq.Again:
             self.dropped_reports += 1
 

@@ -33,9 +33,11 @@ from integrations.vllm_v1.serving.rejection_channel import (
     channel_address,
     decode_engine_word,
     decode_first_token,
+    decode_stream_end,
     encode_first_token,
     encode_judged,
     encode_rejection,
+    encode_stream_end,
     first_token_address,
     new_channel_address,
 )
@@ -62,6 +64,16 @@ def test_a_first_token_report_round_trips_exactly():
     assert decode_first_token(encode_first_token("t1", sent_s)) == ("t1", sent_s)
     for garbage in (b"t1\n", b"t1\nnan", b"t1\ninf", b"\n1.0", b"t1\nx"):
         assert decode_first_token(garbage) is None, garbage
+
+
+def test_a_stream_end_report_round_trips_exactly():
+    first_s = time.time()
+    assert decode_stream_end(encode_stream_end("t1", first_s, first_s + 0.5, 17)) == (
+        "t1", first_s, first_s + 0.5, 17)
+    assert decode_stream_end(encode_first_token("t1", first_s)) is None
+    for garbage in (b"end:t1\n1.0\n2.0", b"end:t1\n2.0\n1.0\n3", b"end:t1\n1.0\n2.0\n0",
+                    b"end:\n1.0\n2.0\n3", b"end:t1\nnan\n2.0\n3", b"end:t1\n1\n2\nx"):
+        assert decode_stream_end(garbage) is None, garbage
 
 
 def test_headers_name_the_class_and_the_demotion_in_printable_ascii_only():
@@ -120,6 +132,17 @@ class Judge:
 
     def on_client_first_token(self, request_id, sent_s):
         self.first_tokens.append((request_id, sent_s))
+
+
+class StreamJudge(Judge):
+    """A `Judge` that also hears how streams went out."""
+
+    def __init__(self, classes):
+        super().__init__(classes)
+        self.streams = []
+
+    def on_client_stream_end(self, request_id, first_s, last_s, chunks):
+        self.streams.append((request_id, first_s, last_s, chunks))
 
 
 def hook_over_fakes(admission, capacity=1_000_000):
@@ -181,6 +204,21 @@ def test_first_token_reports_reach_the_admission_once_finished_too_and_unknown_a
     assert judge.first_tokens == [("r1", 1.5), ("r2", 2.5)]
     stats = hook.stats()
     assert (stats.first_tokens, stats.unmatched, stats.tracked) == (2, 3, 0)
+
+
+def test_stream_ends_follow_first_tokens_to_the_admission_then_the_ticket_is_forgotten():
+    judge = StreamJudge({})
+    hook, _, pull, clock = hook_over_fakes(judge)
+    hook.on_arrival(request("r1", "t1"))
+    pull.inbox.append(encode_first_token("t1", 1.5))
+    hook.before_schedule(clock[0])
+    assert judge.first_tokens == [("r1", 1.5)] and hook.stats().tracked == 1
+    finish(hook, request("r1", "t1"))
+    pull.inbox.extend([encode_stream_end("t1", 1.5, 2.5, 11), encode_stream_end("t1", 1, 2, 3)])
+    hook.before_schedule(clock[0])
+    assert judge.streams == [("r1", 1.5, 2.5, 11)]
+    stats = hook.stats()
+    assert (stats.stream_ends, stats.unmatched, stats.tracked) == (1, 1, 0)
 
 
 def test_finished_requests_are_forgotten_after_a_while():
@@ -343,6 +381,10 @@ def test_a_streams_first_token_is_reported_to_the_engine_with_its_ticket():
     ticket, sent_s = decode_first_token(state.reports.recv())
     assert ticket == state.received[-1][TICKET_KEY]
     assert before <= sent_s <= after
+    assert state.reports.poll(5000), "no stream-end report"
+    end_ticket, first_s, last_s, chunks = decode_stream_end(state.reports.recv())
+    assert (end_ticket, first_s) == (ticket, sent_s)
+    assert sent_s <= last_s <= after and chunks >= 1
     run(app, lambda client: post(client, {}, stream=False))
     assert not state.reports.poll(200)  # a whole response reports nothing
 
