@@ -582,12 +582,11 @@ class SLOAdmission:
         default=None, validator=attrs.validators.optional(
             attrs.validators.instance_of(ClassFairShare)))
     """Weighted shares between the tenants of each class, fed by this policy (the same object
-    as `TTFTDeadlineRanker.fairness`). A request of a tenant over its share is planned on its
-    weighted share of the prefill rate and of the room under the TPOT bound, and served
-    `ClassFairShare.lead_s` later; one of a tenant under
-    its share is tested against the work served before it only, and admitted requests that
-    were over their share in its class yield to it (their share left it that room). None:
-    first come, first served within a class."""
+    as `TTFTDeadlineRanker.fairness`). A request of a tenant over its share is planned on
+    `ClassFairShare.share` of the prefill rate and served `ClassFairShare.lead_s` later; one
+    of a tenant under its share is tested against the work served before it only, and
+    admitted requests that were over their share in its class yield to it (their share left
+    it that room). None: first come, first served within a class."""
 
     _deadlines: dict[str, tuple[float, float, float, str]] = attrs.field(
         init=False, factory=dict, repr=False)
@@ -798,16 +797,13 @@ class SLOAdmission:
     def _placement(self, request: RequestView, cls: str, now: float
                    ) -> tuple[float, float, str]:
         """``(share of the rate, lead, the class it is over its share in or "")`` of
-        ``request`` judged in ``cls``: its priority's share, times its tenant's weighted
-        share where it is over it (`fairness`)."""
+        ``request`` judged in ``cls``: its priority's share, times `ClassFairShare.share`
+        where its tenant is over its share (`fairness`)."""
         share = self.share(request.priority)
-        if self.fairness is None:
-            return share, 0.0, ""
-        fair_share = self.fairness.share(request.tenant, cls, now)
-        if fair_share == 1.0:
+        if self.fairness is None or not self.fairness.over_share(request.tenant, cls, now):
             return share, 0.0, ""
         lead = self.fairness.lead_s(request.tenant, cls, now, self.slos[cls].ttft_s)
-        return share * fair_share, lead, cls
+        return share * self.fairness.share(request.tenant, cls, now), lead, cls
 
     def kv_ready_s(self, request: RequestView, load: LoadSnapshot) -> float:
         """When the KV cache has room for ``request`` beside what is admitted: now, if the
@@ -946,15 +942,6 @@ class SLOAdmission:
         """The tightest TPOT target among ``target`` and the classes decoding now."""
         return min(target.tpot_s, self._decoding_tpot_bound_s())
 
-    def _tpot_planned(self, tpot_s: float, fair_share: float) -> float:
-        """``tpot_s`` as planned for a request on ``fair_share`` of its class (`fairness`):
-        what it adds to the step measured lately, divided by its share, so a tenant over its
-        share leaves the rest of the room under the TPOT bound to the others."""
-        recent = getattr(self.step_model, "recent_step_s", None)
-        if fair_share == 1.0 or recent is None:
-            return tpot_s
-        return recent + (tpot_s - recent) / fair_share
-
     def _decoding_tpot_bound_s(self) -> float:
         """The tightest TPOT target of the classes decoding now (with protected margins)."""
         bound = math.inf
@@ -1013,14 +1000,11 @@ class SLOAdmission:
             ttft = own_late + due - request.arrival_s
             first = first or (ttft, own_late)
             if (own_late <= 0 and added <= 0
-                    and self._tpot_planned(tpot, share / self.share(request.priority))
-                    <= self.tpot_headroom * self._tpot_bound_s(goal)):
+                    and tpot <= self.tpot_headroom * self._tpot_bound_s(goal)):
                 return SLODecision(verdict=verdict, slo_class=cls, ttft_s=ttft, tpot_s=tpot,
                                    egress_s=egress)
         ttft, own_late = first
-        planned = self._tpot_planned(tpot, self._placement(request, own, load.now)[0]
-                                     / self.share(request.priority))
-        reason = "slo_tpot" if planned > self.tpot_headroom * self._tpot_bound_s(target) and (
+        reason = "slo_tpot" if tpot > self.tpot_headroom * self._tpot_bound_s(target) and (
             own_late <= 0) else "slo_ttft"
         retry = min(max(own_late, self.min_retry_after_s), self.max_retry_after_s)
         return SLODecision(verdict=SLOVerdict.REJECT, slo_class=own, ttft_s=ttft,

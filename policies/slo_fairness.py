@@ -20,11 +20,15 @@ and tells the two policies which tenants are over their weighted share:
   tenants of a class (the arriving one included), tenant ``i`` is over its share when
   ``D_i / w_i > ΣD / Σw``: its part of the class's recent work exceeds its part of the
   weights. At least one active tenant is never over (the lowest ``D / w`` is at most the mean).
-* **Admission share.** A request of a tenant over its share is planned on ``w_i / Σw`` of
-  the prefill rate (`share`), and `SLOAdmission` counts what it adds to the step time
-  ``Σw / w_i`` times against the TPOT bound: it is admitted only while its class leaves
-  room for the others' shares, which is the room their arrivals are served in. A request
-  of a tenant under its share is planned on the whole rate.
+* **Admission share.** A request of a tenant over its share is planned on part of the
+  prefill rate (`share`): what the other tenants under their shares have lately used of
+  the class's work leaves, ``1 - Σ_{j under} D_j / ΣD``, at least its weighted share
+  ``w_i / Σw`` (they used at most theirs). It is admitted only while room is left for
+  what the others under their shares send, and their arrivals are served in that room
+  (they are ranked before it, and its admitted requests yield to them), while capacity
+  they do not use is not held back. A request of a tenant under its share is planned on
+  the whole rate. The TPOT test of `SLOAdmission` is not shared: it is one bound on the
+  whole batch, and a tenant over its share still fills it first come, first served.
 * **Order.** A request of a tenant over its share is served as if it arrived `lead_s`
   later: the time the class, at its recent rate ``ΣD ln 2 / half_life_s``, would need to
   serve the other tenants up to their weighted shares of this one's excess,
@@ -141,17 +145,22 @@ class ClassFairShare:
         return [tenant for tenant, last in state.last_s.items()
                 if state.in_flight.get(tenant, 0) > 0 or now - last <= self.half_life_s]
 
-    def _standing(self, tenant: str, slo_class: str, now: float) -> tuple[float, float, float]:
-        """``(D_i / w_i, ΣD / Σw, Σw)`` over the active tenants of ``slo_class`` with
-        ``tenant`` among them (charges as of the class's last update)."""
+    def _standing(self, tenant: str, slo_class: str, now: float
+                  ) -> tuple[float, float, float]:
+        """``(D_i / w_i, ΣD / Σw, the part of ΣD charged to the others not over their
+        shares)`` over the active tenants of ``slo_class`` with ``tenant`` among them
+        (charges as of the class's last update)."""
         state = self._classes.get(slo_class)
         if state is None:
-            return 0.0, 0.0, self.weight(tenant)
+            return 0.0, 0.0, 0.0
         active = set(self._active(state, now)) | {tenant}
         total_weight = sum(self.weight(t) for t in active)
         total = sum(state.charges.get(t, 0.0) for t in active)
-        return (state.charges.get(tenant, 0.0) / self.weight(tenant), total / total_weight,
-                total_weight)
+        mean = total / total_weight
+        under = sum(state.charges.get(t, 0.0) for t in active if t != tenant
+                    and state.charges.get(t, 0.0) / self.weight(t) <= mean * (1 + _OVER))
+        return (state.charges.get(tenant, 0.0) / self.weight(tenant), mean,
+                under / total if total else 0.0)
 
     def over_share(self, tenant: str, slo_class: str, now: float) -> bool:
         """Whether ``tenant``'s part of ``slo_class``'s recent work exceeds its weighted share
@@ -160,16 +169,18 @@ class ClassFairShare:
         return own > mean * (1 + _OVER)
 
     def share(self, tenant: str, slo_class: str, now: float) -> float:
-        """The part of the prefill rate a request of ``tenant`` in ``slo_class`` is planned on:
-        its weight over the class's active weights when over its share, else 1."""
-        own, mean, total_weight = self._standing(tenant, slo_class, now)
-        return self.weight(tenant) / total_weight if own > mean * (1 + _OVER) else 1.0
+        """The part of the rate a request of ``tenant`` in ``slo_class`` is planned on: 1 when
+        not over its share; else what the other tenants under their shares have lately
+        used of the class's work leaves (at least its weight over the class's active
+        weights, since they used at most theirs)."""
+        own, mean, under = self._standing(tenant, slo_class, now)
+        return 1.0 - under if own > mean * (1 + _OVER) else 1.0
 
     def lead_s(self, tenant: str, slo_class: str, now: float, max_lead_s: float) -> float:
         """How much later than its arrival a request of ``tenant`` in ``slo_class`` is ranked:
         0 when not over its share, else the virtual-clock lead of the module docs, at most
         ``max_lead_s``."""
-        own, mean, total_weight = self._standing(tenant, slo_class, now)
+        own, mean, _ = self._standing(tenant, slo_class, now)
         if not own > mean * (1 + _OVER):
             return 0.0
         mean_life_s = self.half_life_s / math.log(2)

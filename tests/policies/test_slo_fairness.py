@@ -48,14 +48,16 @@ def test_tenant_names_and_knobs_are_validated():
 # -- who is over its share ------------------------------------------------------------
 
 
-def test_a_tenant_sending_three_times_its_share_is_over_it_and_planned_on_its_weight():
+def test_a_tenant_sending_three_times_its_share_is_over_it_and_leaves_room_for_the_other():
     fair = ClassFairShare()
     for i in range(30):
         admit(fair, f"n{i}", "noisy", 100, now=i * 0.1)
         if i % 3 == 0:
             admit(fair, f"q{i}", "quiet", 100, now=i * 0.1)
     assert fair.over_share("noisy", "chat", 3.0) and not fair.over_share("quiet", "chat", 3.0)
-    assert fair.share("noisy", "chat", 3.0) == 0.5 and fair.share("quiet", "chat", 3.0) == 1.0
+    # planned on what quiet's quarter of the class's work leaves
+    assert fair.share("noisy", "chat", 3.0) == pytest.approx(0.75, abs=0.01)
+    assert fair.share("quiet", "chat", 3.0) == 1.0
     assert fair.lead_s("quiet", "chat", 3.0, max_lead_s=60.0) == 0.0
     # (3/4) / (1/2) - 1 = one half of the mean life of a charge
     lead = fair.lead_s("noisy", "chat", 3.0, max_lead_s=60.0)
@@ -78,11 +80,21 @@ def test_weights_set_the_shares_and_other_classes_do_not_count():
         assert not fair.over_share(tenant, "chat", 0.0)
         assert fair.share(tenant, "chat", 0.0) == 1.0
     admit(fair, "a2", "team-a", 1, now=0.0)
-    assert fair.share("team-a", "chat", 0.0) == pytest.approx(2 / 3)
+    assert fair.over_share("team-a", "chat", 0.0)
+    assert fair.share("team-a", "chat", 0.0) == pytest.approx(1 - 100 / 301)
     assert fair.share("team-c", "batch", 0.0) == 1.0  # alone in its class
     # a newcomer has charged nothing: under its share, and it counts among the weights
     assert fair.share("team-d", "chat", 0.0) == 1.0
-    assert fair.share("team-a", "chat", 0.0) == pytest.approx(2 / 3)
+    assert fair.stats().fair_shares["chat"]["team-a"] == pytest.approx(2 / 3)
+
+
+def test_a_tenant_over_its_share_is_planned_on_what_the_others_under_theirs_leave():
+    fair = ClassFairShare(weights={"team-a": 1, "team-b": 3})
+    admit(fair, "a", "team-a", 300, now=0.0)
+    admit(fair, "b", "team-b", 700, now=0.0)  # b is under its 3/4: a gets what b leaves
+    assert fair.share("team-a", "chat", 0.0) == pytest.approx(0.3)
+    admit(fair, "b2", "team-b", 10_000, now=0.0)  # b over: a used little, b keeps most
+    assert fair.share("team-b", "chat", 0.0) == pytest.approx(1 - 300 / 11_000)
 
 
 def test_decode_is_charged_as_expected_then_as_generated():
@@ -119,7 +131,7 @@ def test_a_tenant_gone_for_a_half_life_no_longer_holds_a_share():
     admit(fair, "n1", "noisy", 1000, now=0.0)
     admit(fair, "q1", "quiet", 10, now=0.0)
     fair.on_finished("q1", 0, now=1.0)
-    assert fair.share("noisy", "chat", 6.0) == 0.5  # quiet left 5 s ago: still active
+    assert fair.over_share("noisy", "chat", 6.0)  # quiet left 5 s ago: still active
     assert fair.share("noisy", "chat", 6.5) == 1.0  # gone: noisy is alone again
     admit(fair, "n2", "noisy", 10, now=6.5)
     assert fair.stats().fair_shares == {"chat": {"noisy": 1.0}}
@@ -205,8 +217,11 @@ class FairShareMachine(RuleBasedStateMachine):
         request_id = f"r{self.count}"
         share = self.fair.share(tenant, cls, self.now)
         lead = self.fair.lead_s(tenant, cls, self.now, max_lead_s=5.0)
-        assert 0 < share <= 1 and 0 <= lead <= 5.0
-        assert (share < 1) == (lead > 0) == self.fair.over_share(tenant, cls, self.now)
+        over = self.fair.over_share(tenant, cls, self.now)
+        assert 0 < share <= 1 and 0 <= lead <= 5.0 and (lead > 0) == over
+        # at least its weight over every tenant's (a bound on the active ones')
+        every = sum(self.fair.weight(t) for t in TENANTS)
+        assert share == 1.0 if not over else share >= self.fair.weight(tenant) / every - 1e-9
         self.fair.on_admitted(request_id, tenant, cls, prefill, expected, self.now)
         self.open[request_id] = (tenant, expected)
         self.charged[tenant] = self.charged.get(tenant, 0.0) + prefill + 2.0 * expected
@@ -267,12 +282,13 @@ def test_a_flood_leaves_room_for_the_share_of_a_tenant_already_there(fair):
     assert arrive(admission, "q1", "quiet")
     noisy = sum(arrive(admission, f"n{i}", "noisy") for i in range(20))
     # alone, 9 requests fit the 0.5 s target at 20,000 tokens/s (less one step)
-    # with fairness: two on the whole rate (not over quiet's share yet), one on half of it
-    assert noisy == (3 if fair else 8)
+    # with fairness: two on the whole rate (not over quiet's share yet), then each on what
+    # quiet's part of the class's work leaves (2/3, 3/4, 4/5, 5/6 of the rate)
+    assert noisy == (6 if fair else 8)
     assert arrive(admission, "q2", "quiet") is fair
     if fair:  # served before the flood, which was planned with room for it
         assert arrive(admission, "q3", "quiet")
-        assert admission.fairness.stats().over_share_admissions == {"noisy": 1}
+        assert admission.fairness.stats().over_share_admissions == {"noisy": 4}
     admission.check_invariants()
 
 

@@ -14,8 +14,9 @@ from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 SHAPE = EngineShape(num_blocks=16384, max_num_batched_tokens=8192, max_num_seqs=128)
 COST = StepCostModel.preset("h100")
 TTFT_S = 1.0
-CLASSES = {"chat": {"ttft_s": TTFT_S, "tpot_s": 0.1}}
-"""The TPOT target binds too: a noisy tenant could fill the room under it as well."""
+CLASSES = {"chat": {"ttft_s": TTFT_S, "tpot_s": 0.25}}
+"""A TPOT target loose enough that the first-token deadline is what admission runs out of
+(fairness shares the prefill rate; the TPOT bound is the whole batch's)."""
 CAPACITY_PER_S = 18.0
 """Requests of 2,000 prompt tokens the ``slo`` preset serves on time per second here (one
 tenant offered 40/s: 18.7/s)."""
