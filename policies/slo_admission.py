@@ -488,6 +488,12 @@ class SLOAdmissionStats:
     the server once `PathDelays` hears of it, else where the engine produces it."""
     path: PathDelaysStats | None = None
     """The learned path around the engine step (None without ``path``)."""
+    tpot_headroom: float = 1.0
+    """The TPOT headroom in force: the configured one, corrected by how much slower than
+    predicted admitted streams reached the client (`SLOAdmission.on_client_stream_end`)."""
+    tpot_error_p90: float | None = None
+    """90th percentile of ``(client TPOT - predicted TPOT) / TPOT target`` over the recent
+    admitted streams (None before any client report)."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -617,6 +623,12 @@ class SLOAdmission:
     """The latest time it was told of (for `stats`)."""
     _errors: deque[float] = attrs.field(init=False, factory=deque, repr=False)
     _headroom_now: float = attrs.field(init=False, default=0.0, repr=False)
+    _tpot_errors: deque[float] = attrs.field(init=False, factory=deque, repr=False)
+    _tpot_headroom_now: float = attrs.field(init=False, default=0.0, repr=False)
+    _predicted_tpot: OrderedDict[str, tuple[float, float]] = attrs.field(
+        init=False, factory=OrderedDict, repr=False)
+    """Admitted request id -> (predicted TPOT, TPOT target), until its stream's client report
+    (bounded like `PathDelays.max_awaiting`; kept past its finish, when the report comes)."""
     _step_bound: tuple[LoadSnapshot, float, StepTimeModel] | None = attrs.field(
         init=False, default=None, repr=False)
     """This step's prefill room and the model it was priced on (`_step_room`)."""
@@ -655,10 +667,12 @@ class SLOAdmission:
             if lower not in self.slos:
                 raise ValueError(f"demotions[{cls!r}] = {lower!r} has no target in slos")
         self._headroom_now = self.headroom
+        self._tpot_headroom_now = self.tpot_headroom
         self._finish_window_s = max(target.ttft_s for target in self.slos.values()) if (
             self.slos) else 0.0
         if self.feedback_window:
             self._errors = deque(maxlen=self.feedback_window)
+            self._tpot_errors = deque(maxlen=self.feedback_window)
         if self.feedback_window or self.path is not None:
             self.ledger.listen(self._first_token)
 
@@ -710,7 +724,7 @@ class SLOAdmission:
         if cached is not None and cached[0] is load:
             return cached[1], cached[2]
         model = getattr(self.step_model, "model", self.step_model)
-        room_s = self.tpot_headroom * self._decoding_tpot_bound_s()
+        room_s = self._tpot_headroom_now * self._decoding_tpot_bound_s()
         if room_s != math.inf:
             room_s -= model.step_s(load.running_requests, 0, self.ledger.decoding_context_tokens)
         self._step_bound = (load, room_s, model)
@@ -780,6 +794,24 @@ class SLOAdmission:
         if entry is not None:
             arrival, predicted, target = entry
             self._learn((sent_s - arrival - predicted) / target)
+
+    def on_client_stream_end(self, request_id: str, first_s: float, last_s: float,
+                             chunks: int) -> None:
+        """``request_id``'s stream reached the client as ``chunks`` chunks with output from
+        ``first_s`` to ``last_s``: with ``feedback_window``, learn how much slower than
+        predicted tokens reached the client (the TPOT headroom in force is ``tpot_headroom``
+        less the 90th percentile of that excess, as a share of the TPOT target, within
+        ``[min_headroom, max_headroom]``). Ignored without ``path``, for a request it does
+        not know, or for a stream of one chunk."""
+        entry = self._predicted_tpot.pop(request_id, None)
+        if self.path is None or entry is None or chunks < 2 or not self.feedback_window:
+            return
+        predicted, target = entry
+        self._tpot_errors.append(((last_s - first_s) / (chunks - 1) - predicted) / target)
+        if len(self._tpot_errors) >= min(20, self.feedback_window):
+            self._tpot_headroom_now = min(max(
+                self.tpot_headroom - percentile(self._tpot_errors, 90), self.min_headroom),
+                self.max_headroom)
 
     def _learn(self, error: float) -> None:
         """One first token's lateness against its prediction, as a share of its target."""
@@ -1000,11 +1032,11 @@ class SLOAdmission:
             ttft = own_late + due - request.arrival_s
             first = first or (ttft, own_late)
             if (own_late <= 0 and added <= 0
-                    and tpot <= self.tpot_headroom * self._tpot_bound_s(goal)):
+                    and tpot <= self._tpot_headroom_now * self._tpot_bound_s(goal)):
                 return SLODecision(verdict=verdict, slo_class=cls, ttft_s=ttft, tpot_s=tpot,
                                    egress_s=egress)
         ttft, own_late = first
-        reason = "slo_tpot" if tpot > self.tpot_headroom * self._tpot_bound_s(target) and (
+        reason = "slo_tpot" if tpot > self._tpot_headroom_now * self._tpot_bound_s(target) and (
             own_late <= 0) else "slo_ttft"
         retry = min(max(own_late, self.min_retry_after_s), self.max_retry_after_s)
         return SLODecision(verdict=SLOVerdict.REJECT, slo_class=own, ttft_s=ttft,
@@ -1035,6 +1067,11 @@ class SLOAdmission:
         if decision.ttft_s is not None and (self.feedback_window or self.path is not None):
             self._pending_prediction[request.request_id] = (
                 decision.ttft_s, self.slos[decision.slo_class].ttft_s, decision.egress_s)
+            if self.path is not None and decision.tpot_s is not None:
+                self._predicted_tpot[request.request_id] = (
+                    decision.tpot_s, self.slos[decision.slo_class].tpot_s)
+                while len(self._predicted_tpot) > self.path.max_awaiting:
+                    self._predicted_tpot.popitem(last=False)
         return AdmissionDecision.accept()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -1081,7 +1118,10 @@ class SLOAdmission:
                                  rejected=dict(self._rejected), unclassified=self._unclassified,
                                  tracked=len(self._deadlines), headroom=self._headroom_now,
                                  ttft_error_p90=self._p90(),
-                                 path=None if self.path is None else self.path.stats(self._now))
+                                 path=None if self.path is None else self.path.stats(self._now),
+                                 tpot_headroom=self._tpot_headroom_now,
+                                 tpot_error_p90=percentile(self._tpot_errors, 90)
+                                 if self._tpot_errors else None)
 
     def _p90(self) -> float | None:
         return percentile(self._errors, 90) if self._errors else None
@@ -1097,3 +1137,4 @@ class SLOAdmission:
         if self.path is not None:
             self.path.check_invariants()
             assert len(self._awaiting_client) <= self.path.max_awaiting
+            assert len(self._predicted_tpot) <= self.path.max_awaiting

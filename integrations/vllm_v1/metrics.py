@@ -47,7 +47,9 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   whose first-token deadline admission still weighs), ``policies:slo_demotions_total``, and
   the learned path around the engine step (`PathDelays`): ``policies:slo_path_seconds{term}``
   (``ingress``: arrival to the engine's decision; ``egress``: the engine's first token to the
-  client; the p90 admission plans with) and ``policies:slo_path_client_reports_total``
+  client; the p90 admission plans with), ``policies:slo_path_client_reports_total``, and
+  the TPOT feedback from streams as the client got them: ``policies:slo_tpot_headroom`` and
+  ``policies:slo_tpot_error_p90``
 * with a ``start_gate`` that has ``stats()`` (`DecodeStepGate`):
   ``policies:decode_step_bound_seconds`` (the predicted step time starts may not push the
   batch past; absent while the step model warms up) and
@@ -176,6 +178,13 @@ class PolicyMetrics:
                                           "Requests SLO admission demoted to a lower class",
                                           registry=registry)
         self._slo_demotions_seen = 0
+        self._slo_tpot_headroom = Gauge(
+            "policies:slo_tpot_headroom", "SLO admission's TPOT headroom in force (configured, "
+            "corrected by how much slower than predicted streams reached the client)",
+            registry=registry, multiprocess_mode="mostrecent")
+        self._slo_tpot_error = Gauge(
+            "policies:slo_tpot_error_p90", "p90 of (client TPOT - predicted TPOT) / TPOT target "
+            "over recent admitted streams", registry=registry, multiprocess_mode="mostrecent")
         self._slo_path = Gauge("policies:slo_path_seconds",
                                "p90 delay outside the engine step SLO admission plans with: "
                                "ingress (arrival to the engine) and egress (engine first token "
@@ -294,6 +303,9 @@ class PolicyMetrics:
         if stats.demoted > self._slo_demotions_seen:
             self._slo_demotions.inc(stats.demoted - self._slo_demotions_seen)
             self._slo_demotions_seen = stats.demoted
+        self._slo_tpot_headroom.set(stats.tpot_headroom)
+        if stats.tpot_error_p90 is not None:
+            self._slo_tpot_error.set(stats.tpot_error_p90)
         path = stats.path
         if path is not None:
             self._slo_path.labels(term="ingress").set(path.ingress_s)

@@ -608,3 +608,38 @@ def test_a_length_class_a_tenant_is_not_granted_gives_way_to_the_next_looser_one
         assert ranker.rank_key(request) == slos[cls].ttft_s
     nothing = ClassGrants(others=set())
     assert resolve_class(view("d", 100, slo_class=None), slos, {}, lengths, nothing) is None
+
+
+def test_streams_slower_at_the_client_than_predicted_lower_the_tpot_headroom():
+    admission = policy(path=PathDelays(), feedback_window=20, tpot_headroom=0.9)
+    predicted = []
+    for index in range(20):
+        request = view(f"r{index}", 100, arrival_s=index * 10.0)
+        predicted.append(first_token_cycle(admission, request, engine_late_s=0.0,
+                                           egress_s=0.0).tpot_s)
+        first = index * 10.0 + 1.0
+        # 11 chunks, each 0.03 s (half the 0.06 s gold target) slower than predicted
+        admission.on_client_stream_end(f"r{index}", first,
+                                       first + 10 * (predicted[-1] + 0.03), 11)
+    stats = admission.stats()
+    assert stats.tpot_error_p90 == pytest.approx(0.5)
+    assert stats.tpot_headroom == pytest.approx(0.4)
+    assert admission.stats().headroom == 1.0, "first tokens were on time"
+    busy = view("busy", 100, arrival_s=300.0)
+    admission.ledger.on_admitted(busy, 300.0)  # not idle: the TPOT test applies
+    decision = admission.decide(view("next", 100, arrival_s=300.0), load(300.0, running=1))
+    assert decision.tpot_s <= 0.9 * 0.06, "within the configured headroom..."
+    assert decision.verdict is SLOVerdict.REJECT and decision.reason == "slo_tpot", (
+        "...but not within what the clients measured")
+    admission.on_client_stream_end("r0", 0.0, 100.0, 11)  # reported twice: ignored
+    assert admission.stats().tpot_error_p90 == pytest.approx(0.5)
+    admission.check_invariants()
+
+
+def test_without_stream_reports_the_tpot_headroom_is_the_configured_one():
+    admission = policy(path=PathDelays(), feedback_window=20, tpot_headroom=0.9)
+    for index in range(20):
+        first_token_cycle(admission, view(f"r{index}", 100, arrival_s=index * 10.0),
+                          engine_late_s=0.0, egress_s=0.0)
+    stats = admission.stats()
+    assert stats.tpot_headroom == 0.9 and stats.tpot_error_p90 is None

@@ -26,6 +26,7 @@ from integrations.vllm_v1.serving.rejection_channel import (
     RETAIN_FINISHED_S,
     TICKET_KEY,
     HearsClientFirstTokens,
+    HearsClientStreams,
     Judged,
     JudgesClasses,
     RejectionBook,
@@ -94,6 +95,7 @@ def test_the_reverse_address_is_derived_from_the_channels():
 def test_the_slo_presets_admission_judges_classes_and_hears_first_tokens():
     admission = slo_pipeline().admission
     assert isinstance(admission, JudgesClasses) and isinstance(admission, HearsClientFirstTokens)
+    assert isinstance(admission, HearsClientStreams)
 
 
 # -- the engine-side hook over fake sockets -------------------------------------------

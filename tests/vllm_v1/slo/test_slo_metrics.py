@@ -35,3 +35,5 @@ def test_the_slo_preset_exports_headroom_tracked_requests_and_its_step_model():
                                      {"term": "ingress"}) == stats.path.ingress_s
     assert registry.get_sample_value("policies:slo_path_seconds", {"term": "egress"}) == 0.0
     assert registry.get_sample_value("policies:slo_path_client_reports_total") == 0
+    assert registry.get_sample_value("policies:slo_tpot_headroom") == stats.tpot_headroom
+    assert registry.get_sample_value("policies:slo_tpot_error_p90") == 0.0, "no stream report"
