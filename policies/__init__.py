@@ -26,6 +26,7 @@ from policies.eviction import (
     SegmentedLRU,
 )
 from policies.fairness import WFQ, WFQStats
+from policies.frontend_gate import FrontendGate, FrontendGateStats
 from policies.isolation import (
     PrefillBudgetStats,
     QuotaPolicy,
@@ -89,6 +90,7 @@ from policies.slo_admission import (
     SLOVerdict,
     TTFTDeadlineRanker,
 )
+from policies.slo_fairness import ClassFairShare, ClassFairShareStats
 from policies.slo_path import PathDelays, PathDelaysStats
 from policies.slot_preemption import Preemption, SlotPreemption, SlotPreemptionStats
 from policies.speculative import (
@@ -126,6 +128,8 @@ __all__ = [
     "AutomatonStats",
     "CONSERVATIVE_PRIOR",
     "CacheAwareRanker",
+    "ClassFairShare",
+    "ClassFairShareStats",
     "ClassGrants",
     "DEFAULT_TENANT",
     "DeadlinePolicy",
@@ -142,6 +146,8 @@ __all__ = [
     "EvictionStats",
     "FCFSOrder",
     "FairnessPolicy",
+    "FrontendGate",
+    "FrontendGateStats",
     "InstanceLoad",
     "InteractivePrefillGuard",
     "InvalidRequestMetadata",
