@@ -10,7 +10,7 @@ OpenAI server (`run`), judging every request on the client (`summary`). Writes
 ``OUT/summary.json`` (per scenario, seed and system; the goals), ``OUT/runs/.../requests.jsonl``
 (every request), ``OUT/attainment.png`` and ``OUT/goodput.png``.
 
-``--quick`` (about 10 minutes on 2 cores): one seed, 10 s windows, a 500-request burst
+``--quick`` (18 minutes on a busy 2-core machine, mostly five server starts): one seed, 10 s windows, a 500-request burst
 instead of 2,000, one queue-caps setting, one server per system reused across scenarios.
 """
 

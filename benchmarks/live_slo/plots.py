@@ -42,6 +42,8 @@ def plot_all(summary: dict, out: Path) -> None:
         ax.set_xlabel("offered load (x measured capacity)")
         ax.set_ylabel(label)
         ax.set_xscale("log", base=2)
+        loads = sorted({p[0] for points in load_series(summary, key).values() for p in points})
+        ax.set_xticks(loads, [f"{load:g}x" for load in loads])
         ax.set_title(f"live CPU engine, capacity "
                      f"{summary['capacity']['capacity_rps']:.1f} req/s")
         ax.legend(fontsize=7)
