@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from benchmarks.e2e_business_cases.live_client import HttpReply
 from benchmarks.replay.records import RequestRecord
 from integrations.vllm_v1.config.slo import SLOSpec
-from policies import SLOTarget
+from policies import RequestView, SLOTarget
 from policies.percentile import percentile
+from policies.slo_admission import resolve_class
 
 DECLARATION = {
     "classes": {"chat": {"ttft_s": 0.5, "tpot_s": 0.05}, "rag": {"ttft_s": 2, "tpot_s": 0.05}},
@@ -34,14 +35,20 @@ SLO_SYSTEM = "slo"
 
 
 def judged_class(record: RequestRecord, spec: SLOSpec = SPEC) -> str:
-    """The class a request is judged by: its own, else the declaration's by prompt length."""
-    if record.slo_class in spec.classes:
-        return record.slo_class
-    for bound, cls in spec.by_prompt_tokens:
-        if bound is None or record.prompt_tokens <= bound:
-            return cls
-    raise ValueError(f"request {record.request_id}: no class for {record.prompt_tokens} "
-                     "prompt tokens")
+    """The class a request is judged by, for every system alike: the one the declaration
+    gives it, as the ``slo`` server resolves it (its own, else its tenant's, else by prompt
+    length among the classes its tenant may claim: `resolve_class` with the declaration's
+    grants; a tenant not named in ``tenants`` may not claim a ``protected`` class)."""
+    view = RequestView(request_id=record.request_id, arrival_s=record.arrival_s,
+                       prompt_tokens=record.prompt_tokens, tenant=record.tenant,
+                       slo_class=record.slo_class)
+    lengths = tuple((2**31 if bound is None else bound, cls)
+                    for bound, cls in spec.by_prompt_tokens)
+    cls = resolve_class(view, spec.classes, spec.tenants, lengths, spec.grants())
+    if cls is None:
+        raise ValueError(f"request {record.request_id}: no class for {record.prompt_tokens} "
+                         f"prompt tokens of tenant {record.tenant!r}")
+    return cls
 
 
 def meets_slo(record: RequestRecord, target: SLOTarget) -> bool:

@@ -1,16 +1,19 @@
 """The live overload benchmark's pure parts: the arrival schedule, the request mix, the
 client-side judgement of each run, the goals and the run order."""
 
+import json
 import random
 import statistics
+from types import SimpleNamespace
 
+import attrs
 import pytest
 
 from benchmarks.e2e_business_cases.live_client import HttpReply
 from benchmarks.live_slo.__main__ import QUICK, build_parser, console_table, settings_from
 from benchmarks.live_slo.plots import load_series
 from benchmarks.live_slo.run import queue_cap_systems, run_order
-from benchmarks.live_slo.summary import evaluate_goals, judged_class, run_metrics
+from benchmarks.live_slo.summary import SPEC, evaluate_goals, judged_class, run_metrics
 from benchmarks.live_slo.workload import (
     RAG_PROMPT_TOKENS,
     SYSTEM_PROMPT_TOKENS,
@@ -98,26 +101,30 @@ def test_a_run_is_judged_per_class_on_the_client():
         _record(1, ttft=0.6),                       # chat, TTFT missed
         _record(2, ttft=0.1, tpot=0.06),            # chat, TPOT missed
         _record(3, cls="rag", prompt=1200, ttft=1.9),  # rag, met
-        _record(4, cls=None, prompt=300, ttft=0.7),  # no class: judged as chat, missed
+        _record(4, cls=None, prompt=300, ttft=0.7),  # no class: rag (acme may not claim chat)
         _record(5, ttft=None, outcome="cancelled"),  # admitted, no token
         _record(6, rejected_after=0.05),            # chat, rejected in time
         _record(7, cls="rag", rejected_after=2.5),  # rag, rejected too late
     ]
-    assert judged_class(records[4]) == "chat"
+    assert judged_class(records[4]) == "rag", "as the server classes it: chat is protected"
+    named = RequestRecord(request_id="n", arrival_s=1.0, prompt_tokens=300, output_tokens=4,
+                          tenant="acme", priority=0, slo_class=None)
+    granted = attrs.evolve(SPEC, allowed={"acme": frozenset({"chat", "rag"})})
+    assert judged_class(named, granted) == "chat"
     long_plain = _record(8, cls=None, prompt=5000, ttft=1.0)
     assert judged_class(long_plain) == "rag"
     metrics = run_metrics(records, [_reply(r) for r in records], window_s=2.0)
     assert (metrics["offered"], metrics["admitted"], metrics["rejected"], metrics["met"]) == (
-        8, 6, 2, 2)
-    assert metrics["admitted_slo_attainment"] == pytest.approx(2 / 6)
-    assert metrics["goodput_rps"] == pytest.approx(1.0)
+        8, 6, 2, 3)
+    assert metrics["admitted_slo_attainment"] == pytest.approx(3 / 6)
+    assert metrics["goodput_rps"] == pytest.approx(1.5)
     assert metrics["rejected_in_time_share"] == 0.5
     assert metrics["time_to_rejection_p99_s"] == pytest.approx(2.5, abs=0.03)
     assert metrics["admitted_without_token"] == 1
     assert metrics["rejections_with_retry_after"] == 2
     assert metrics["statuses"] == {"200": 6, "503": 2}
     assert metrics["by_class"]["rag"] == {"offered": 2, "admitted": 1, "met": 1}
-    assert metrics["by_class"]["none"] == {"offered": 1, "admitted": 1, "met": 0}
+    assert metrics["by_class"]["none"] == {"offered": 1, "admitted": 1, "met": 1}
     with pytest.raises(ValueError, match="window_s must be > 0"):
         run_metrics(records, [_reply(r) for r in records], window_s=0)
 
@@ -183,3 +190,23 @@ def test_the_command_line_builds_the_settings_and_the_table_reads_a_summary():
     table = console_table(summary)
     assert "1x" in table and "100.0%" in table and "0/40" in table
     assert load_series(summary, "goodput_rps") == {"slo": [(1.0, 4.0)]}
+
+
+def test_a_finished_run_is_judged_again_from_its_requests(tmp_path):
+    from benchmarks.live_slo.rejudge import rejudge
+    from benchmarks.live_slo.run import write_requests
+
+    scenario = Scenario(name="1x", load=1.0, duration_s=2.0)
+    records = [_record(0, ttft=0.4), _record(4, cls=None, prompt=300, ttft=0.7),
+               _record(6, rejected_after=0.05)]
+    replies = [_reply(r) for r in records]
+    lives = [SimpleNamespace(max_tokens=4) for _ in records]
+    write_requests(tmp_path / "runs" / "1x" / "seed0" / "slo" / "requests.jsonl", records,
+                   replies, lives)
+    (tmp_path / "summary.json").write_text(json.dumps({
+        "config": {"seeds": [0], "systems": ["slo"], "scenarios": {"1x": attrs.asdict(scenario)}},
+        "capacity": {"capacity_rps": 2.0}, "runs": {}, "goals": []}))
+    metrics = rejudge(tmp_path)["runs"]["1x"]["0"]["slo"]
+    window = scenario.window_s(scenario.arrivals(2.0, random.Random("0:1x")))
+    assert metrics == run_metrics(records, replies, window_s=window)
+    assert (metrics["admitted"], metrics["met"]) == (2, 2), "the unclassed one is rag: met"
