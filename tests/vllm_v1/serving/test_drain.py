@@ -3,7 +3,8 @@ in flight finish with their normal finish reason; streams longer than the grace 
 with ``finish_reason: "abort"`` and ``data: [DONE]`` once it is over, a non-streaming request
 still running gets 503 naming the shutdown, and the server exits a few seconds after the grace
 period, whatever its clients do. The requests are held in the queue (`HoldHook`) until after
-SIGTERM, so they are in flight whatever the speed."""
+SIGTERM and every step is paced, so they are in flight and the long ones outlast the grace
+period whatever the machine's speed."""
 
 import http.client
 import json
@@ -26,6 +27,9 @@ SHORT_TOKENS = 10
 """A short stream: done well within the grace period even on a loaded machine."""
 LONG_TOKENS = 1900
 """A long stream: hundreds of engine steps more than the grace period allows."""
+STEP_S = 0.01
+"""Each engine step waits this long (`HoldHook`), so a long stream takes at least 19 s
+(three times the grace period) on a machine of any speed."""
 STALL_S = 60
 """A response silent this long has stalled (the client gives up: the test fails)."""
 EXIT_MARGIN_S = 15
@@ -80,6 +84,7 @@ def test_sigterm_drains_for_the_grace_period_then_ends_what_is_left_and_exits(
     args = ("--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
             "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20),
             "--additional-config", json.dumps({CONFIG_KEY: {"hold_path": str(hold),
+                                                            "hold_step_s": STEP_S,
                                                             DRAIN_KEY: GRACE_S}}))
     with serve(Pipeline(), random_model_dir, port=port, vllm_args=args,
                log_path=str(tmp_path / "server.log")) as handle:

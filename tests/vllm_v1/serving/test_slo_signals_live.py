@@ -22,7 +22,7 @@ pytestmark = pytest.mark.engine
 
 SLO = {"classes": {"batch": {"ttft_s": 120.0, "tpot_s": 60.0},  # loose: a CPU engine meets it
                    "tight": {"ttft_s": 60.0, "tpot_s": 1e-6},  # no step is that short
-                   "snappy": {"ttft_s": 0.05, "tpot_s": 60.0}},  # the frontend alone misses it
+                   "snappy": {"ttft_s": 1e-4, "tpot_s": 60.0}},  # no frontend is that fast
        "demotions": {"tight": "batch"}}
 BURST = 200
 
