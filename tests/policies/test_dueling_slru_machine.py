@@ -1,0 +1,184 @@
+"""`DuelingSLRU` specified by a state machine over the real object: requests hit or compute
+prefix chains in a cache of fixed size, finish (plainly, preempted or cancelled), wait, and
+start and end session turns of two tenants while time passes.
+
+After every rule: the mode follows the leading shadow (with ``switch_margin_hits`` of
+hysteresis towards LRU), every evictable key sits in exactly one segment, pins are held only
+by tracked keys, and `check_invariants` holds. A finished turn never raises the pins held
+past ``max_pinned_fraction`` of the tracked blocks; in LRU mode a release leaves PROTECTED
+empty; a pinned key (not an orphan) is evicted only once nothing but pinned (or wanted)
+keys is left.
+"""
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from policies import DuelingSLRU, Segment, SessionPins
+
+CAPACITY = 24
+"""Blocks of the simulated cache: referenced plus evictable keys never exceed it."""
+
+chains = st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(1, 6)).map(
+    lambda t: [t[0] * 1000 + (t[1] * 100 + i if i >= 2 else i) for i in range(t[2])])
+"""A prompt's block keys: four roots, three branches each after two shared blocks."""
+
+pins = st.none() | st.builds(
+    SessionPins, default_gap_s=st.sampled_from([0.5, 3.0]),
+    max_pinned_fraction=st.sampled_from([0.25, 0.5, 1.0]), judged=st.booleans(),
+    prefix_sessions=st.booleans(),
+    tenant_weights=st.sampled_from([{}, {"t0": 3.0}]))
+
+
+class DuelingSLRUMachine(RuleBasedStateMachine):
+    """Random request lifecycles on a `DuelingSLRU`; its defining guarantees after each."""
+
+    @initialize(window=st.sampled_from([20.0, 200.0]), margin=st.sampled_from([0.0, 2.0, 20.0]),
+                sample=st.sampled_from([1, 2]), session_pins=pins)
+    def build(self, window, margin, sample, session_pins):
+        self.order = DuelingSLRU(window_accesses=window, switch_margin_hits=margin,
+                                 shadow_sample=sample, sample_from_blocks=8,
+                                 session_pins=session_pins)
+        self.margin = margin
+        self.refs = {}  # referenced key -> requests holding it
+        self.running = []  # (chain, session) of running requests
+        self.waiting = []  # chains told to `expect`
+        self.uncached = -1
+        self.now = 0.0
+
+    def _evict_one(self):
+        order = self.order
+        before = {key: order.segment_of(key) for key in order}
+        pinned_before = {key for key in before if order.pinned(key)}
+        victim = order.evict()
+        assert victim in before and victim not in order and not order.pinned(victim)
+        if victim in pinned_before and before[victim] is not Segment.ORPHAN:
+            # a pin is given up only under pressure (an orphan's pin buys no hit)
+            assert all(order.segment_of(key) >= Segment.PINNED for key in order), victim
+
+    @rule(chain=chains, session=st.sampled_from([None, "a", "b"]),
+          tenant=st.sampled_from([None, "t0", "t1"]))
+    def start(self, chain, session, tenant):
+        order = self.order
+        for key in chain:
+            if key in order:
+                order.acquire(key)
+                assert key not in order
+            elif key not in self.refs:
+                while len(order) + len(self.refs) >= CAPACITY and len(order):
+                    self._evict_one()
+            self.refs[key] = self.refs.get(key, 0) + 1
+        turn = None
+        if order.wants_turn(session):
+            turn = order.turn_started(session, chain, self.now, tenant)
+        self.running.append((chain, turn))
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data(), how=st.sampled_from(["plain", "plain", "protect", "cancel"]))
+    def finish(self, data, how):
+        order = self.order
+        chain, turn = self.running.pop(data.draw(st.integers(0, len(self.running) - 1)))
+        for i in range(len(chain) - 1, -1, -1):
+            key, parent = chain[i], chain[i - 1] if i else None
+            self.refs[key] -= 1
+            if self.refs[key]:
+                continue
+            del self.refs[key]
+            if how == "cancel":
+                order.release_cancelled(key, parent)
+            else:
+                order.release(key, parent, protect=how == "protect")
+            if order.mode == "lru":
+                assert order.stats().protected_blocks == 0
+        if turn is not None:
+            held = sum(order.pins_by_tenant().values())
+            limit = int(order.session_pins.max_pinned_fraction * order.tracked)
+            made = order.turn_finished(turn, chain, self.now)
+            assert 0 <= made <= len(chain)
+            assert sum(order.pins_by_tenant().values()) <= max(held, limit)
+
+    @rule(seconds=st.sampled_from([0.1, 1.0, 5.0]))
+    def advance(self, seconds):
+        self.now += seconds
+
+    @rule(chain=chains)
+    def expect(self, chain):
+        self.order.expect(chain)
+        self.waiting.append(chain)
+
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def unexpect(self, data):
+        self.order.unexpect(self.waiting.pop(data.draw(st.integers(0, len(self.waiting) - 1))))
+
+    @rule()
+    def release_uncached(self):
+        self.order.release_uncached(self.uncached)
+        self.uncached -= 1
+        assert next(iter(self.order)) == self.uncached + 1  # uncached blocks go first
+
+    @precondition(lambda self: len(self.order))
+    @rule(data=st.data())
+    def discard(self, data):
+        key = data.draw(st.sampled_from(list(self.order)))
+        self.order.discard(key)
+        assert key not in self.order and not self.order.pinned(key)
+
+    @precondition(lambda self: len(self.order))
+    @rule()
+    def evict(self):
+        self._evict_one()
+
+    @invariant()
+    def mode_follows_the_leading_shadow(self):
+        duel = self.order.duel_stats()
+        lru, slru = duel["lru_shadow_score"], duel["slru_shadow_score"]
+        if self.order.mode == "lru":
+            assert duel["lru_mode"] == 1 and lru > slru, duel
+        else:
+            assert duel["lru_mode"] == 0 and lru <= slru + self.margin, duel
+
+    @invariant()
+    def every_key_sits_in_exactly_one_segment(self):
+        order, stats = self.order, self.order.stats()
+        keys = list(order)
+        assert len(keys) == len(set(keys)) == len(order) == stats.evictable_blocks
+        sizes = {segment: 0 for segment in Segment}
+        for key in keys:
+            sizes[order.segment_of(key)] += 1
+        assert sizes == {
+            Segment.UNCACHED: stats.uncached_blocks, Segment.ORPHAN: stats.orphan_blocks,
+            Segment.PROBATION: stats.probation_blocks,
+            Segment.PROTECTED: stats.protected_blocks, Segment.PINNED: stats.pinned_blocks,
+            Segment.WANTED: stats.wanted_blocks}
+        assert [order.segment_of(key) for key in keys] == sorted(
+            order.segment_of(key) for key in keys)  # evicted segment by segment
+        assert all(order.segment_of(key) is None for key in self.refs)
+
+    @invariant()
+    def pins_are_held_by_tracked_keys(self):
+        order = self.order
+        held = order.pins_by_tenant()
+        assert all(count > 0 for count in held.values())
+        if order.session_pins is None:
+            assert not held and order.stats().pins == 0
+        stats = order.stats()
+        assert stats.pin_hits <= stats.acquires
+        for key in order:
+            if order.segment_of(key) is Segment.PINNED:
+                assert order.pinned(key)
+
+    @invariant()
+    def internal_invariants_hold(self):
+        self.order.check_invariants()
+
+
+TestDuelingSLRUMachine = DuelingSLRUMachine.TestCase
+TestDuelingSLRUMachine.settings = settings(max_examples=120, stateful_step_count=60,
+                                           deadline=None)
