@@ -15,6 +15,7 @@ from policies.admission import (
 from policies.cache_aware import CacheAwareRanker, LoadAwareRanking
 from policies.cache_warming import PrefixWarmer, PrefixWarmerStats, WarmingPolicy, WarmPrefix
 from policies.clock import ManualClock
+from policies.concurrency_limit import ConcurrencyLimit, ConcurrencyLimitStats
 from policies.deadline import EDFRanker
 from policies.errors import InvalidRequestMetadata
 from policies.eviction import (
@@ -131,6 +132,8 @@ __all__ = [
     "ClassFairShare",
     "ClassFairShareStats",
     "ClassGrants",
+    "ConcurrencyLimit",
+    "ConcurrencyLimitStats",
     "DEFAULT_TENANT",
     "DeadlinePolicy",
     "DecodeKVGate",

@@ -1,23 +1,35 @@
-"""The frontend gate in the API server: a request whose wait before the engine alone breaks its
-class's TTFT is answered 503 at once (`FrontendStage`, over `policies.FrontendGate`).
+"""The API server's door with the ``slo`` preset (`FrontendStage`): a request is answered 503 at
+once when the wait before the engine alone breaks its class's TTFT (`policies.FrontendGate`), or
+when the requests in flight reach the limit learned from their lateness
+(`policies.ConcurrencyLimit`).
 
 Active with the ``slo`` preset only. `integrations.vllm_v1.serving.middleware.PolicyMiddleware`
 opens a `Visit` for each engine-bound request as it enters: the request is in the frontend's
 pre-engine stage until vLLM sends its response's first message (for a stream, once vLLM has
 read and tokenized it) or the engine first says something of its ticket over the channel
 (admitted or rejected, `integrations.vllm_v1.serving.rejection_channel`), whichever comes
-first. Once the request
-is checked, the gate predicts its wait behind the requests that were in the stage when it
-entered; if that wait exceeds the TTFT target of its class (the body's ``slo_class`` when
-declared, else its tenant's class, else the tightest declared class), it is answered 503,
-reason ``frontend_busy``, ``Retry-After`` the predicted wait rounded up (at least 1 s) and
-``x-slo-class`` the class, without reaching vLLM.
+first, and in flight until its response ends. Once the request is checked, its class is the
+body's ``slo_class`` when declared, else its tenant's class, else the tightest declared class.
+
+- **Gate**: the gate predicts its wait behind the requests that were in the stage when it
+  entered; over the class's TTFT target it is answered 503, reason ``frontend_busy``,
+  ``Retry-After`` the predicted wait.
+- **Limit**: when as many requests are in flight as the limit allows, it is answered 503,
+  reason ``concurrency_limit``, ``Retry-After`` when a place frees up on average. A stream's
+  first token is reported late when it left after `LATE_SHARE` of its class's TTFT target,
+  and its end late when its time per output token was over that share of the TPOT target;
+  the limit falls on lateness and grows back while on time (AIMD). Non-streaming responses
+  report nothing; they hold a place while in flight.
+
+Both answers come without reaching vLLM and carry ``x-slo-class``.
 
 Metrics (this API server's process, on ``/metrics``): ``policies:frontend_gate_rejections_total
 {slo_class}``, ``policies:frontend_gate_admissions_total``, ``policies:frontend_queue_s`` (the
 predicted wait of the latest request), ``policies:frontend_stage_requests`` (requests in the
-stage) and ``policies:frontend_service_rate`` (the learned completions per busy second; 0
-until measured).
+stage), ``policies:frontend_service_rate`` (the learned completions per busy second; 0 until
+measured), ``policies:frontend_limit_rejections_total{slo_class}``,
+``policies:frontend_concurrency_limit`` (the learned limit), ``policies:frontend_in_flight``
+and ``policies:frontend_late_reports_total{what}`` (``ttft`` or ``tpot``).
 """
 
 from __future__ import annotations
@@ -31,12 +43,17 @@ import attrs
 
 from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.rejection import Rejection
-from integrations.vllm_v1.serving.asgi import Send, replay, send_error
-from integrations.vllm_v1.serving.http_status import json_or_none, with_judged_headers
+from integrations.vllm_v1.serving.asgi import Send, send_error
+from integrations.vllm_v1.serving.http_status import with_judged_headers
 from integrations.vllm_v1.serving.http_validation import Forward
 from integrations.vllm_v1.serving.rejection_channel import Judged
 from integrations.vllm_v1.serving.routes import EngineRoute
+from policies.concurrency_limit import ConcurrencyLimit
 from policies.frontend_gate import FrontendGate
+
+LATE_SHARE = 0.8
+"""A stream counts as late for the concurrency limit past this share of its class's target:
+the limit falls before requests miss, not after."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -44,8 +61,11 @@ class FrontendStage:
     """The gate over the declared classes' TTFT targets; `visit` per request."""
 
     gate: FrontendGate
+    limit: ConcurrencyLimit
     ttft_s: Mapping[str, float]
     """Class -> its TTFT target."""
+    tpot_s: Mapping[str, float]
+    """Class -> its TPOT target."""
     tenants: Mapping[str, str]
     """Tenant -> its requests' class when they name none."""
     clock: Callable[[], float] = time.monotonic
@@ -57,8 +77,10 @@ class FrontendStage:
         """The stage of an ``slo`` declaration (None: the preset is not served)."""
         if spec is None:
             return None
-        return cls(gate=FrontendGate(), ttft_s={name: target.ttft_s
-                                                for name, target in spec.classes.items()},
+        classes = spec.classes.items()
+        return cls(gate=FrontendGate(), limit=ConcurrencyLimit(),
+                   ttft_s={name: target.ttft_s for name, target in classes},
+                   tpot_s={name: target.tpot_s for name, target in classes},
                    tenants=dict(spec.tenants), metrics=_metrics() if metrics else None)
 
     @property
@@ -68,7 +90,8 @@ class FrontendStage:
 
     def visit(self) -> Visit:
         """A request enters the stage."""
-        visit = Visit(stage=self, ahead=self.gate.enter(self.clock()))
+        now = self.clock()
+        visit = Visit(stage=self, ahead=self.gate.enter(now), entered_s=now)
         self.refresh_metrics()
         return visit
 
@@ -85,22 +108,37 @@ class FrontendStage:
         return tenant_class if tenant_class in self.ttft_s else self.tightest
 
     def refresh_metrics(self) -> None:
-        """Set the stage's gauges (requests in it, the learned rate)."""
+        """Set the stage's gauges (requests in it, the learned rate, the limit)."""
         if self.metrics is not None:
             stats = self.gate.stats()
             self.metrics.in_stage.set(stats.in_stage)
             self.metrics.rate.set(stats.rate_per_s or 0.0)
+            self.metrics.limit.set(self.limit.limit)
+            self.metrics.in_flight.set(self.limit.in_flight)
+
+    def report(self, what: str, *, late: bool, entered_s: float) -> None:
+        """A request's first token (``what="ttft"``) or stream (``"tpot"``) was late or not."""
+        self.limit.report(late=late, entered_s=entered_s, now=self.clock())
+        if late and self.metrics is not None:
+            self.metrics.late.labels(what=what).inc()
+        self.refresh_metrics()
 
 
 @attrs.define(eq=False)
 class Visit:
-    """One request in the stage, from entering to leaving (once)."""
+    """One request at the door, from entering to its response's end (a `StreamListener`)."""
 
     stage: FrontendStage
     ahead: int
     """Requests in the stage when it entered."""
+    entered_s: float
+    """When it entered (the stage's clock)."""
+    slo_class: str | None = None
+    """The class it was checked in (None until `admit`)."""
     served: bool = False
     left: bool = False
+    holds_place: bool = False
+    """Counted in flight by the limit (until `end`)."""
 
     def leave(self) -> None:
         """The request left the stage (idempotent): a completion if it was admitted."""
@@ -109,35 +147,69 @@ class Visit:
             self.stage.gate.leave(self.stage.clock(), served=self.served)
             self.stage.refresh_metrics()
 
+    def end(self) -> None:
+        """The response ended (idempotent): the request leaves the stage and its place."""
+        self.leave()
+        if self.holds_place:
+            self.holds_place = False
+            self.stage.limit.release(self.stage.clock() - self.entered_s)
+            self.stage.refresh_metrics()
+
+    def first_token(self, sent_s: float) -> None:
+        stage = self.stage
+        if self.slo_class is not None:
+            ttft = stage.clock() - self.entered_s
+            stage.report("ttft", late=ttft > LATE_SHARE * stage.ttft_s[self.slo_class],
+                         entered_s=self.entered_s)
+
+    def stream_end(self, first_s: float, last_s: float, chunks: int) -> None:
+        stage = self.stage
+        if self.slo_class is not None and chunks > 1:
+            tpot = (last_s - first_s) / (chunks - 1)
+            stage.report("tpot", late=tpot > LATE_SHARE * stage.tpot_s[self.slo_class],
+                         entered_s=self.entered_s)
+
     async def admit(self, forward: Forward, route: EngineRoute, send: Send) -> Forward | None:
-        """The checked request to pass on, or None when the gate answered it with 503."""
+        """The checked request to pass on, or None when the door answered it with 503."""
         stage = self.stage
         now = stage.clock()
-        cls = stage.tightest
-        if stage.gate.wait_s(self.ahead, now) > stage.ttft_s[cls]:  # its class decides
-            message = await forward.receive()
-            body = message.get("body", b"")
-            forward = attrs.evolve(forward, receive=replay(body, forward.receive))
-            cls = stage.class_of(json_or_none(body), route)
+        cls = self.slo_class = stage.class_of(forward.payload, route)
         decision = stage.gate.decide(self.ahead, stage.ttft_s[cls], now)
         metrics = stage.metrics
         if metrics is not None:
             metrics.queue.set(stage.gate.stats().last_wait_s)
-        if decision.admitted:
-            self.served = True
+        if not decision.admitted:
             if metrics is not None:
-                metrics.admissions.inc()
-            return forward
+                metrics.rejections.labels(slo_class=cls).inc()
+            wait = decision.retry_after_s or 0.0
+            await _refuse(send, route, cls, decision.reason, wait, (
+                f"predicted wait before the engine {wait:.2f} s exceeds the class's TTFT "
+                f"target {stage.ttft_s[cls]:g} s"))
+            return None
+        self.served = True
         if metrics is not None:
-            metrics.rejections.labels(slo_class=cls).inc()
-        wait = decision.retry_after_s or 0.0
-        rejection = Rejection(reason=decision.reason, retry_after_s=wait, detail=(
-            f"{cls}: predicted wait before the engine {wait:.2f} s exceeds the class's TTFT "
-            f"target {stage.ttft_s[cls]:g} s"))
-        await send_error(with_judged_headers(send, Judged(cls)), rejection.http_status,
-                         rejection.message, anthropic=route.anthropic_errors,
-                         retry_after=rejection.retry_after_header)
-        return None
+            metrics.admissions.inc()
+        in_flight = stage.limit.in_flight
+        decision = stage.limit.acquire()
+        if not decision.admitted:
+            if metrics is not None:
+                metrics.limit_rejections.labels(slo_class=cls).inc()
+            await _refuse(send, route, cls, decision.reason, decision.retry_after_s or 0.0, (
+                f"{in_flight} requests in flight reach the concurrency limit learned from "
+                f"their lateness ({stage.limit.limit})"))
+            return None
+        self.holds_place = True
+        stage.refresh_metrics()
+        return forward
+
+
+async def _refuse(send: Send, route: EngineRoute, cls: str, reason: str, retry_after_s: float,
+                  why: str) -> None:
+    """Answer 503 at the door: ``reason``, ``Retry-After``, the class judged in."""
+    rejection = Rejection(reason=reason, retry_after_s=retry_after_s, detail=f"{cls}: {why}")
+    await send_error(with_judged_headers(send, Judged(cls)), rejection.http_status,
+                     rejection.message, anthropic=route.anthropic_errors,
+                     retry_after=rejection.retry_after_header)
 
 
 @attrs.frozen
@@ -147,6 +219,10 @@ class _FrontendMetrics:
     queue: Any
     in_stage: Any
     rate: Any
+    limit_rejections: Any
+    limit: Any
+    in_flight: Any
+    late: Any
 
 
 @functools.cache
@@ -168,4 +244,14 @@ def _metrics() -> _FrontendMetrics:
         in_stage=gauge("policies:frontend_stage_requests", "Requests between the API "
                        "server's entry and the engine"),
         rate=gauge("policies:frontend_service_rate", "Learned completions per busy second of "
-                   "the API server's pre-engine stage (0 until measured)"))
+                   "the API server's pre-engine stage (0 until measured)"),
+        limit_rejections=Counter("policies:frontend_limit_rejections", "Requests answered 503 "
+                                 "(concurrency_limit) at the learned limit, by SLO class",
+                                 ["slo_class"]),
+        limit=gauge("policies:frontend_concurrency_limit", "Requests the API server takes in "
+                    "flight at once, learned from their lateness"),
+        in_flight=gauge("policies:frontend_in_flight", "Requests admitted at the door whose "
+                        "response has not ended"),
+        late=Counter("policies:frontend_late_reports", "Streams whose first token (ttft) or "
+                     "time per output token (tpot) came late for the concurrency limit",
+                     ["what"]))

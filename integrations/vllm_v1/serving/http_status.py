@@ -24,8 +24,9 @@ Every response the engine judged says how (`Judged.headers`): ``x-slo-class``, t
 the request was judged in (an admitted request's, from the channel, waiting at most
 `CLASS_WAIT_S` for it; an SLO rejection's, from its detail) and, for a demoted request,
 ``x-slo-demoted-from``, the class it asked for. Without the channel's word, no header.
-A stream's first token is timed as it leaves (wall clock) and reported to the engine
-(`RejectionBook.report_first_token`), so that admission learns the path outside the engine.
+A stream's first token and its last chunk are timed as they leave (wall clock) and told to
+the response's `StreamListener`s: the engine's (`TicketReports`, so that admission learns the
+path outside the engine) and the frontend's (`integrations.vllm_v1.serving.frontend`).
 
 Without the channel (vLLM started by hand without it), a completions or chat stream
 that ends without a token, a finish reason or an error can only be a request dropped
@@ -38,7 +39,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -142,6 +143,29 @@ def sse_payloads(body: bytes) -> list[Any]:
     return payloads
 
 
+class StreamListener(Protocol):
+    """Told when a stream's first token leaves and when the stream ends (wall clock)."""
+
+    def first_token(self, sent_s: float) -> None: ...
+
+    def stream_end(self, first_s: float, last_s: float, chunks: int) -> None:
+        """``chunks``: the ``data:`` events after the first token's, plus one."""
+
+
+@attrs.frozen
+class TicketReports:
+    """A stream's timing reported to the engine over the channel, under its ticket."""
+
+    book: RejectionBook
+    ticket: str
+
+    def first_token(self, sent_s: float) -> None:
+        self.book.report_first_token(self.ticket, sent_s)
+
+    def stream_end(self, first_s: float, last_s: float, chunks: int) -> None:
+        self.book.report_stream_end(self.ticket, first_s, last_s, chunks)
+
+
 @attrs.define(eq=False)
 class Responder:
     """Holds one response until it shows output (pass it on) or ends without (maybe a
@@ -153,14 +177,20 @@ class Responder:
     ticket: str | None
     on_first_message: Callable[[], None] | None = None
     """Called when vLLM sends the response's first message."""
+    listeners: tuple[StreamListener, ...] = ()
+    """Told of a stream's first token and end (besides the engine's, when it has a ticket)."""
     held: list[Message] = attrs.Factory(list)
     body: bytearray = attrs.Factory(bytearray)
     holding: bool = True
     answered: bool = False
     streaming: bool = False
     stream_times: list[float] | None = None
-    """[first chunk with output sent, last one sent, chunks with output] once a stream's
-    first token left (reported to the engine when the stream ends)."""
+    """[first token sent, last chunk sent, chunks] once a stream's first token left (told to
+    the listeners when the stream ends)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.book is not None and self.ticket is not None:
+            self.listeners = (TicketReports(self.book, self.ticket), *self.listeners)
 
     async def send(self, message: Message) -> None:
         if self.on_first_message is not None:
@@ -251,22 +281,26 @@ class Responder:
         return self.book.judged(self.ticket)
 
     def _first_token_sent(self, sent_s: float) -> None:
-        if self.book is not None and self.ticket is not None:
-            self.book.report_first_token(self.ticket, sent_s)
+        if self.listeners:
             self.stream_times = [sent_s, sent_s, 1]
+            for listener in self.listeners:
+                listener.first_token(sent_s)
 
     def _stream_sent(self, message: Message) -> None:
-        """Time the stream's chunks with output as they leave; report it when it ends."""
+        """Time the stream's chunks as they leave (counting ``data:`` events, unparsed: this
+        runs for every chunk); tell the listeners when it ends."""
         times = self.stream_times
         body = message.get("body", b"")
         if body:
-            chunks = sum(has_output(payload) for payload in sse_payloads(body))
-            if chunks:
+            chunks = body.count(b"data:") - body.count(b"data: [DONE]")
+            if chunks > 0:
                 times[1] = time.time()
                 times[2] += chunks
-        if not message.get("more_body", False) and self.book is not None:
+        if not message.get("more_body", False):
             self.stream_times = None
-            self.book.report_stream_end(self.ticket, *times)
+            first_s, last_s, chunks = times
+            for listener in self.listeners:
+                listener.stream_end(first_s, last_s, int(chunks))
 
 
 def _started_with(start: Message, judged: Judged | None) -> Message:

@@ -185,6 +185,8 @@ class Forward:
     scope: Scope
     receive: Receive
     ticket_sent: bool = False
+    payload: Any = None
+    """The body as parsed (None: not JSON)."""
 
 
 async def forward_checked(scope: Scope, receive: Receive, send: Send, route: EngineRoute, *,
@@ -207,7 +209,7 @@ async def forward_checked(scope: Scope, receive: Receive, send: Send, route: Eng
                          anthropic=route.anthropic_errors)
         return None
     if not route.accepts(payload):
-        return Forward(scope, replay(body, receive))
+        return Forward(scope, replay(body, receive), payload=payload)
     client = scope.get("client")
     checked = check_request(payload, list(scope.get("headers", [])), route, binding=binding,
                             slo=slo, client_host=client[0] if client else None,
@@ -216,7 +218,7 @@ async def forward_checked(scope: Scope, receive: Receive, send: Send, route: Eng
         await send_error(send, checked.status, checked.message, anthropic=route.anthropic_errors)
         return None
     if checked.payload is None:
-        return Forward(scope, replay(body, receive))
+        return Forward(scope, replay(body, receive), payload=payload)
     try:
         body = json.dumps(checked.payload, allow_nan=False).encode()
     except ValueError:  # forwarding the original would lose the tenant: refuse
@@ -224,7 +226,7 @@ async def forward_checked(scope: Scope, receive: Receive, send: Send, route: Eng
                          "Infinity)", anthropic=route.anthropic_errors)
         return None
     scope = {**scope, "headers": _with_length(scope.get("headers", []), len(body))}
-    return Forward(scope, replay(body, receive), ticket is not None)
+    return Forward(scope, replay(body, receive), ticket is not None, checked.payload)
 
 
 def _with_length(headers: Any, length: int) -> list[tuple[bytes, bytes]]:

@@ -9,9 +9,10 @@ reaches the scheduler (`integrations.vllm_v1.serving.routes`), one request is on
 2. the request checked before vLLM sees it: who (tenant credential), what (scheduling
    metadata), may it (tenant limits), then passed on with the credential's tenant and
    the ticket (`integrations.vllm_v1.serving.http_validation.forward_checked`);
-3. with the ``slo`` preset, the frontend gate (`integrations.vllm_v1.serving.frontend`):
-   503 ``frontend_busy`` at once when the wait before the engine alone breaks the
-   request's TTFT target;
+3. with the ``slo`` preset, the door (`integrations.vllm_v1.serving.frontend`): 503 at once
+   when the wait before the engine alone breaks the request's TTFT target
+   (``frontend_busy``) or the requests in flight reach the limit learned from their
+   lateness (``concurrency_limit``);
 4. the response passed through a `Responder`
    (`integrations.vllm_v1.serving.http_status`), which answers a rejection with its
    status, reason and ``Retry-After``, and names the class the engine judged
@@ -129,11 +130,12 @@ class PolicyMiddleware:
             if forward is None:
                 return  # answered with an error
             responder = Responder(send, route, book, ticket if forward.ticket_sent else None,
-                                  on_first_message=leave)
+                                  on_first_message=leave,
+                                  listeners=(visit,) if visit is not None else ())
             await self.app(forward.scope, forward.receive, responder.send)
         finally:
             if visit is not None:
-                visit.leave()
+                visit.end()
             if ticket is not None:
                 book.forget(ticket)
 

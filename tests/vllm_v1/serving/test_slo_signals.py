@@ -436,6 +436,50 @@ def test_the_frontend_gate_refuses_at_once_what_the_stage_alone_makes_late():
     assert gauge("policies:frontend_service_rate") > 0
 
 
+def test_a_late_stream_lowers_the_concurrency_limit_and_the_door_refuses_past_it():
+    app, state = stand_in({"pipeline": "slo", "slo": {"classes": CLASSES}})
+    late_before = gauge("policies:frontend_late_reports_total", what="ttft")
+    refused_before = gauge("policies:frontend_limit_rejections_total", slo_class="slow")
+
+    async def scenario(client):
+        state.held = asyncio.Event()
+        on_time = await post(client, {"slo_class": "slow"}, stream=True)
+        limit = policy_middleware(app)._setup.frontend.limit
+        unlimited = limit.limit
+        held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
+                for _ in range(4)]
+        for _ in range(5000):  # bounded: until all four are in flight
+            if limit.in_flight == 4:
+                break
+            await asyncio.sleep(0.001)
+        late = await post(client, {"slo_class": "fast", "service_s": 0.01}, stream=True)
+        lowered = limit.limit
+        offered = len(state.received)
+        refused = await post(client, {"slo_class": "slow"})
+        forwarded = len(state.received) - offered
+        state.held.set()
+        done = await asyncio.gather(*held)
+        after = await post(client, {"slo_class": "slow"})
+        return on_time, unlimited, late, lowered, refused, forwarded, done, after
+
+    on_time, unlimited, late, lowered, refused, forwarded, done, after = run(app, scenario)
+    assert on_time.status_code == late.status_code == 200
+    assert unlimited == 4096  # nothing late yet: no limit
+    assert lowered == 4  # five in flight when the fast class's first token came late: 5 x 0.9
+    assert refused.status_code == 503 and refused.headers["x-slo-class"] == "slow"
+    assert int(refused.headers["retry-after"]) >= 1
+    message = refused.json()["error"]["message"]
+    assert Rejection.from_message(message).reason == "concurrency_limit", message
+    assert "4 requests in flight" in message
+    assert forwarded == 0  # refused at the door
+    assert [r.status_code for r in done] == [200] * 4 and after.status_code == 200
+    assert gauge("policies:frontend_late_reports_total", what="ttft") - late_before == 1
+    assert gauge("policies:frontend_limit_rejections_total",
+                 slo_class="slow") - refused_before == 1
+    assert gauge("policies:frontend_concurrency_limit") == 4
+    assert gauge("policies:frontend_in_flight") == 0
+
+
 def test_without_the_slo_preset_there_is_no_gate():
     app, _ = stand_in({})
     run(app, lambda client: post(client, {}))

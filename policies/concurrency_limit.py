@@ -1,0 +1,152 @@
+"""`ConcurrencyLimit`: how many requests a server takes at once, learned from their lateness.
+
+Past its capacity a server serves every request late, and the part of the delay that is late is
+often outside anything a model of the engine sees (an API server that parses, tokenizes and
+streams for every request on shared cores). The limit learns from outcomes instead: each
+finished request's first token (or stream) is reported on time or late against its own target,
+and the limit moves by AIMD, as TCP's congestion window does:
+
+- **late**: the limit falls to ``backoff`` times the requests in flight then (or the limit, if
+  lower): multiplicative decrease. One decrease per round: a late report of a request that
+  entered before the last decrease does not count again, since that decrease already answered
+  the load the request met;
+- **on time** while the limit binds (at least half of it in flight): the limit grows by
+  ``1 / limit``, about one per limit's worth of on-time reports: additive increase.
+
+Until the first late report nothing is refused (the limit starts at ``max_limit``), so an
+engine that is never late never sees the limit. Time is a parameter (``now``, seconds).
+
+Guarantees: the limit stays within ``[min_limit, max_limit]``; `acquire` admits exactly when
+fewer than ``floor(limit)`` requests are in flight, and an admitted request stays counted until
+its `release`; a refusal carries the reason ``concurrency_limit`` and a Retry-After of the mean
+time a request holds its place over the limit (when a place frees up, on average).
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from policies.admission import AdmissionDecision
+from policies.validators import int_at_least
+
+REASON = "concurrency_limit"
+"""The rejection reason of a request refused by the limit."""
+
+
+def _backoff(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0 < value < 1:
+        raise ValueError(f"{attribute.name} must be in (0, 1), got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ConcurrencyLimitStats:
+    """A snapshot of a `ConcurrencyLimit`."""
+
+    limit: int
+    """Requests that may be in flight at once now (``max_limit`` until the first decrease)."""
+    in_flight: int
+    """Requests admitted and not yet released."""
+    admitted: int
+    rejected: int
+    on_time: int
+    """On-time reports."""
+    late: int
+    """Late reports (counted whether or not they lowered the limit)."""
+    decreases: int
+    """Times the limit fell."""
+
+
+@attrs.define(eq=False, kw_only=True)
+class ConcurrencyLimit:
+    """An AIMD limit on requests in flight, driven by on-time / late reports."""
+
+    min_limit: int = attrs.field(default=1, validator=int_at_least(1))
+    """The limit never falls below this."""
+    max_limit: int = attrs.field(default=4096, validator=int_at_least(1))
+    """The limit before the first late report, and its ceiling."""
+    backoff: float = attrs.field(default=0.9, validator=_backoff)
+    """The share of the load in flight kept after a late report."""
+
+    _limit: float = attrs.field(init=False, default=0.0, repr=False)
+    _in_flight: int = attrs.field(init=False, default=0, repr=False)
+    _decreased_s: float = attrs.field(init=False, default=-math.inf, repr=False)
+    _hold_s: float | None = attrs.field(init=False, default=None, repr=False)
+    """Exponentially weighted mean of how long admitted requests stayed in flight."""
+    _admitted: int = attrs.field(init=False, default=0, repr=False)
+    _rejected: int = attrs.field(init=False, default=0, repr=False)
+    _on_time: int = attrs.field(init=False, default=0, repr=False)
+    _late: int = attrs.field(init=False, default=0, repr=False)
+    _decreases: int = attrs.field(init=False, default=0, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self.min_limit > self.max_limit:
+            raise ValueError(f"min_limit ({self.min_limit}) must be <= max_limit "
+                             f"({self.max_limit})")
+        self._limit = float(self.max_limit)
+
+    @property
+    def limit(self) -> int:
+        """Requests that may be in flight at once now."""
+        return int(self._limit)
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def acquire(self) -> AdmissionDecision:
+        """Admit (and count in flight) while fewer than `limit` are in flight; else refuse."""
+        if self._in_flight >= self.limit:
+            self._rejected += 1
+            return AdmissionDecision.reject(REASON, self.retry_after_s())
+        self._in_flight += 1
+        self._admitted += 1
+        return AdmissionDecision.accept()
+
+    def release(self, held_s: float) -> None:
+        """An admitted request left after ``held_s`` seconds in flight.
+
+        Raises:
+            ValueError: nothing is in flight, or ``held_s`` is negative or not finite.
+        """
+        if self._in_flight == 0:
+            raise ValueError("release() without a request in flight")
+        if not 0 <= held_s < math.inf:
+            raise ValueError(f"held_s must be finite and >= 0, got {held_s!r}")
+        self._in_flight -= 1
+        self._hold_s = held_s if self._hold_s is None else 0.9 * self._hold_s + 0.1 * held_s
+
+    def report(self, *, late: bool, entered_s: float, now: float) -> None:
+        """A request that entered at ``entered_s`` was on time or ``late`` (at ``now``)."""
+        if late:
+            self._late += 1
+            if entered_s >= self._decreased_s:
+                load = min(self._limit, max(self._in_flight, self.min_limit))
+                self._limit = max(float(self.min_limit), load * self.backoff)
+                self._decreased_s = now
+                self._decreases += 1
+            return
+        self._on_time += 1
+        if self._in_flight >= self._limit / 2:
+            self._limit = min(float(self.max_limit), self._limit + 1 / self._limit)
+
+    def retry_after_s(self) -> float:
+        """When a place frees up, on average: the mean time in flight over the limit (0
+        before any request was released)."""
+        return (self._hold_s or 0.0) / max(self.limit, 1)
+
+    def stats(self) -> ConcurrencyLimitStats:
+        """A frozen snapshot (see `ConcurrencyLimitStats`)."""
+        return ConcurrencyLimitStats(limit=self.limit, in_flight=self._in_flight,
+                                     admitted=self._admitted, rejected=self._rejected,
+                                     on_time=self._on_time, late=self._late,
+                                     decreases=self._decreases)
+
+    def check_invariants(self) -> None:
+        """The limit within its bounds; counts non-negative; in flight never more than
+        admitted."""
+        assert self.min_limit <= self._limit <= self.max_limit
+        assert 0 <= self._in_flight <= self._admitted
+        assert min(self._rejected, self._on_time, self._late, self._decreases) >= 0
+        assert self._decreases <= self._late

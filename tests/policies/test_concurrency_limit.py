@@ -1,0 +1,106 @@
+"""`ConcurrencyLimit`: AIMD on lateness (no limit until a late report, one decrease per round,
+additive increase only while the limit binds), its bounds and its Retry-After, as properties
+over random histories."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from policies.concurrency_limit import REASON, ConcurrencyLimit
+
+
+def fill(limit, n):
+    for _ in range(n):
+        assert limit.acquire().admitted
+
+
+def test_nothing_is_refused_until_a_report_is_late():
+    limit = ConcurrencyLimit(max_limit=64)
+    fill(limit, 64)
+    limit.report(late=False, entered_s=0.0, now=1.0)
+    assert limit.limit == 64
+    decision = limit.acquire()
+    assert not decision.admitted and decision.reason == REASON
+
+
+def test_a_late_report_cuts_to_the_load_in_flight_once_per_round():
+    limit = ConcurrencyLimit(backoff=0.5)
+    fill(limit, 20)
+    limit.report(late=True, entered_s=1.0, now=2.0)
+    assert limit.limit == 10  # 20 in flight x 0.5
+    limit.report(late=True, entered_s=1.5, now=2.5)  # entered before the cut: same round
+    assert limit.limit == 10
+    limit.report(late=True, entered_s=2.0, now=3.0)  # entered after it: the next round
+    assert limit.limit == 5
+    assert limit.stats().late == 3 and limit.stats().decreases == 2
+    assert not limit.acquire().admitted  # 20 in flight >= 5
+
+
+def test_on_time_reports_grow_the_limit_only_while_it_binds():
+    limit = ConcurrencyLimit(backoff=0.5)
+    fill(limit, 8)
+    limit.report(late=True, entered_s=0.0, now=1.0)
+    assert limit.limit == 4
+    for _ in range(4):
+        limit.release(1.0)
+    assert limit.in_flight == 4
+    for _ in range(40):  # 4 in flight: binding while the limit is at most 8
+        limit.report(late=False, entered_s=2.0, now=3.0)
+    assert limit.limit == 8
+    grown = limit.limit
+    for _ in range(4):
+        limit.release(1.0)
+    for _ in range(100):
+        limit.report(late=False, entered_s=2.0, now=3.0)  # nothing in flight: idle
+    assert limit.limit == grown
+
+
+def test_retry_after_is_when_a_place_frees_up_on_average():
+    limit = ConcurrencyLimit(backoff=0.5)
+    assert limit.retry_after_s() == 0.0
+    fill(limit, 4)
+    limit.release(2.0)
+    limit.report(late=True, entered_s=0.0, now=1.0)  # 3 in flight x 0.5 -> 1
+    assert limit.limit == 1
+    assert limit.acquire().retry_after_s == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("fields", [{"backoff": 1.0}, {"backoff": 0.0}, {"min_limit": 0},
+                                    {"min_limit": 5, "max_limit": 4},
+                                    {"max_limit": 2.5}])
+def test_bad_fields_are_named(fields):
+    with pytest.raises(ValueError, match=next(iter(fields)) if len(fields) == 1 else "min_limit"):
+        ConcurrencyLimit(**fields)
+
+
+def test_release_without_a_request_or_with_a_bad_time_is_refused():
+    limit = ConcurrencyLimit()
+    with pytest.raises(ValueError, match="without a request"):
+        limit.release(1.0)
+    fill(limit, 1)
+    with pytest.raises(ValueError, match="held_s"):
+        limit.release(float("nan"))
+
+
+# A history: (gap, what) with what one of acquire, release, on-time, late.
+EVENTS = st.lists(st.tuples(st.floats(0, 1), st.sampled_from("arOL")), max_size=120)
+
+
+@given(EVENTS, st.integers(1, 4), st.integers(4, 64), st.floats(0.1, 0.95))
+def test_any_history_keeps_the_bounds_and_admits_exactly_below_the_limit(
+        events, min_limit, max_limit, backoff):
+    limit = ConcurrencyLimit(min_limit=min_limit, max_limit=max_limit, backoff=backoff)
+    now, entered = 0.0, []
+    for gap, what in events:
+        now += gap
+        if what == "a":
+            below = limit.in_flight < limit.limit
+            assert limit.acquire().admitted == below
+            if below:
+                entered.append(now)
+        elif what == "r" and entered:
+            limit.release(now - entered.pop(0))
+        elif what in "OL":
+            limit.report(late=what == "L", entered_s=entered[0] if entered else now, now=now)
+        assert min_limit <= limit.limit <= max_limit
+        limit.check_invariants()
