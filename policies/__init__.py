@@ -80,8 +80,12 @@ from policies.protocols import (
 from policies.ranking import FCFSOrder, QoSRanker
 from policies.rate import TokenBucket, TokenBucketStats
 from policies.session_retention import SessionGaps, SessionHints, SessionPins
-from policies.slo_admission import (
+from policies.slo import (
+    ClassFairShare,
+    ClassFairShareStats,
     ClassGrants,
+    PathDelays,
+    PathDelaysStats,
     PrefillLedger,
     PrefillLedgerStats,
     SLOAdmission,
@@ -91,8 +95,6 @@ from policies.slo_admission import (
     SLOVerdict,
     TTFTDeadlineRanker,
 )
-from policies.slo_fairness import ClassFairShare, ClassFairShareStats
-from policies.slo_path import PathDelays, PathDelaysStats
 from policies.slot_preemption import Preemption, SlotPreemption, SlotPreemptionStats
 from policies.speculative import (
     AutomatonStats,

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from policies.slo_admission import ClassGrants, SLOTarget, resolve_class
+from policies.slo.classes import ClassGrants, SLOTarget, resolve_class
 from policies.validators import int_at_least
 from policies.views import RequestView
 

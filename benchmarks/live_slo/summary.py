@@ -20,7 +20,7 @@ from benchmarks.replay.records import RequestRecord
 from integrations.vllm_v1.config.slo import SLOSpec
 from policies import RequestView, SLOTarget
 from policies.percentile import percentile
-from policies.slo_admission import resolve_class
+from policies.slo.classes import resolve_class
 
 DECLARATION = {
     "classes": {"chat": {"ttft_s": 0.5, "tpot_s": 0.05}, "rag": {"ttft_s": 2, "tpot_s": 0.05}},

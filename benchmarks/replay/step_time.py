@@ -1,6 +1,6 @@
 """A linear `StepTimeModel` fitted to the replay's step-cost model, for policies that predict.
 
-`policies.slo_admission.SLOAdmission` predicts TTFT and TPOT with a linear step time
+`policies.slo.SLOAdmission` predicts TTFT and TPOT with a linear step time
 (``base_s + decode_s_per_seq · decodes + prefill_s_per_token · prefill tokens``). In the
 replay the engine's steps are priced by `StepCostModel`; `fit_step_time_model` fits the linear
 model to it by least squares over the batches a loaded engine runs (decodes up to

@@ -21,8 +21,8 @@ from policies import (
     TokenCapPolicy,
     TTFTDeadlineRanker,
 )
-from policies.slo_admission import RELEASE_QUANTILES, ClassGrants, resolve_class
-from policies.slo_path import PathDelays
+from policies.slo import RELEASE_QUANTILES, ClassGrants, resolve_class
+from policies.slo.path import PathDelays
 
 # 1,000 prefill tokens a step of 0.05 s: 20,000 prefill tokens/s, whatever runs.
 MODEL = StepTimeModel(base_s=0.026, decode_s_per_seq=0.0, prefill_s_per_token=2.4e-5)

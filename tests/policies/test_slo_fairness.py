@@ -16,7 +16,7 @@ from policies import (
     StepTimeModel,
     TTFTDeadlineRanker,
 )
-from policies.slo_fairness import ClassFairShare
+from policies.slo.fairness import ClassFairShare
 
 
 def admit(fair, request_id, tenant, tokens, now, slo_class="chat", expected=0):

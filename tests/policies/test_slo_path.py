@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.slo_path import PathDelays
+from policies.slo.path import PathDelays
 
 
 def test_each_term_is_the_p90_of_its_recent_observations():

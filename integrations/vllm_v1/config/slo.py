@@ -79,9 +79,9 @@ from policies import (
     TokenCaps,
     TTFTDeadlineRanker,
 )
-from policies.slo_admission import ClassGrants
-from policies.slo_fairness import DEFAULT_HALF_LIFE_S, ClassFairShare
-from policies.slo_path import PathDelays
+from policies.slo.classes import ClassGrants
+from policies.slo.fairness import DEFAULT_HALF_LIFE_S, ClassFairShare
+from policies.slo.path import PathDelays
 from policies.step_model import CONSERVATIVE_PRIOR
 
 FIELD = "llm_serving_policies.slo"

@@ -7,7 +7,7 @@ import pytest
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.config.spec import pipeline_from_additional_config
-from policies.slo_fairness import ClassFairShare
+from policies.slo.fairness import ClassFairShare
 
 
 def pipeline(slo):
