@@ -5,7 +5,9 @@ inside integrations only `integrations.vllm_v1.vllm_surface.names` imports vLLM;
 benchmarks never import vLLM (they use `integrations.vllm_v1.instruments`); every
 package imports only packages at or below its place in `PACKAGE_ORDER` (docs/concepts.md),
 and the packages that share a place never import each other; no import cycle anywhere
-(module- or function-level; ``TYPE_CHECKING`` imports aside).
+(module- or function-level; ``TYPE_CHECKING`` imports aside). Modules named by string count
+as imports of whoever imports them: each `Pipeline` slot's hook is imported by the scheduler,
+each config key's hook by the composition root.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from integrations.vllm_v1.composition import KEY_HOOKS
+from integrations.vllm_v1.pipeline import hooked_slots
+from integrations.vllm_v1.scheduling.features import COMPOSITION_ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("policies", "integrations", "benchmarks")
@@ -33,13 +39,16 @@ PACKAGE_ORDER: tuple[tuple[str, ...], ...] = (
     (f"{V1}.serving",),
     (f"{V1}.pd",),
     (f"{V1}.instruments", f"{V1}.plugin"),
+    (f"{V1}.composition",),
     ("integrations.ray_serve",),
     ("benchmarks",),
 )
 """Bottom to top: the pure policies; the one vLLM surface; the shared values and the hook
 interface; the package roots; naming a pipeline; the feature packages (which plug into the scheduler as hooks,
 named by import path); the scheduler; serving; PD deployment; test and replay instruments
-and the vLLM plugin; Ray Serve; the benchmarks."""
+and the vLLM plugin; the composition root (config keys -> hooks); Ray Serve; the benchmarks."""
+RESOLVER = f"{V1}.scheduling.features"
+"""The module that imports every slot's hook and the composition root by name."""
 
 
 def _module(path: Path) -> str:
@@ -72,6 +81,18 @@ GRAPH = {_module(path): _imports(path) for package in PACKAGES
          for path in sorted((ROOT / package).rglob("*.py"))}
 
 
+def _named_imports() -> dict[str, set[str]]:
+    """The imports the registries make by name (``package.module:factory``): the scheduler
+    imports each slot's hook (`Pipeline` field metadata), the composition root each config
+    key's. The scheduler's one import of the composition root itself is the exception every
+    composition root is (checked apart)."""
+    return {RESOLVER: {path.split(":")[0] for _, path in hooked_slots()},
+            COMPOSITION_ROOT: {path.split(":")[0] for _, path in KEY_HOOKS}}
+
+
+NAMED = _named_imports()
+
+
 def _offenders(package: str, forbidden: tuple[str, ...], allowed: tuple[str, ...] = ()) -> list:
     return sorted((module, target) for module, targets in GRAPH.items()
                   if module.split(".")[0] == package and module not in allowed
@@ -85,9 +106,10 @@ def _place(name: str) -> tuple[int, str] | None:
     return max(matches)[1:] if matches else None
 
 
-def _order_offenders() -> list[tuple[str, str]]:
+def _order_offenders(named: dict[str, set[str]] = NAMED) -> list[tuple[str, str]]:
     found = []
-    for module, targets in GRAPH.items():
+    graph = {module: targets | named.get(module, set()) for module, targets in GRAPH.items()}
+    for module, targets in graph.items():
         here = _place(module)
         for target in targets:
             there = _place(target)
@@ -104,6 +126,23 @@ def test_every_module_has_a_place_in_the_package_order():
 
 def test_packages_import_only_packages_below_them():
     assert _order_offenders() == []
+
+
+def test_every_name_a_registry_imports_is_a_module():
+    assert [target for targets in NAMED.values() for target in targets
+            if target not in GRAPH] == []
+
+
+def test_the_order_check_sees_a_slot_hook_above_the_scheduler():
+    planted = {RESOLVER: {f"{V1}.serving.rejection_channel", f"{V1}.cache.eviction"}}
+    assert _order_offenders(planted) == [(RESOLVER, f"{V1}.serving.rejection_channel")]
+
+
+def test_the_composition_root_sits_above_every_package_it_names():
+    assert _place(COMPOSITION_ROOT)[0] > max(_place(target)[0]
+                                             for target in NAMED[COMPOSITION_ROOT])
+    assert _place(COMPOSITION_ROOT)[0] > _place(f"{V1}.serving")[0]
+    assert _place(COMPOSITION_ROOT)[0] > _place(f"{V1}.instruments")[0]
 
 
 def test_the_order_check_sees_an_upward_and_a_sibling_import():

@@ -36,10 +36,6 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   (`SegmentedLRU.keep_waiting`) the ``wanted`` segment (blocks a waiting request will hit)
   and ``policies:kv_wanted_hits_total{queue="waiting"}`` (prefix hits on them)
 
-* with a ``step_model`` (`OnlineStepTimeModel`): ``policies:step_model_coefficient{term}``
-  (``base``, ``decode``, ``decode_context_token``, ``prefill_token``, ``prefill_pair``),
-  ``policies:step_model_relative_error{quantile}`` (``0.5``, ``0.99``: out-of-sample, over
-  the recent steps) and ``policies:step_model_observations``
 * with `SLOAdmission` as ``admission`` (the ``slo`` preset): ``policies:slo_headroom`` (the
   headroom in force, the configured one corrected by the observed TTFT errors),
   ``policies:slo_ttft_error_p90`` (90th percentile of (measured - predicted TTFT) / target
@@ -50,11 +46,14 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   client; the p90 admission plans with), ``policies:slo_path_client_reports_total``, and
   the TPOT feedback from streams as the client got them: ``policies:slo_tpot_headroom`` and
   ``policies:slo_tpot_error_p90``
-* with a ``start_gate`` that has ``stats()`` (`DecodeStepGate`):
-  ``policies:decode_step_bound_seconds`` (the predicted step time starts may not push the
-  batch past; absent while the step model warms up) and
-  ``policies:start_gate_held_by_step_total`` (steps in which the step bound, not KV or the
-  queue, stopped the starts)
+
+Features that plug in as hooks declare their own series next to their hook and set them
+through the generic verbs here (`Series`, `PolicyMetrics.set`, ``show``, ``count``,
+``count_to``), from their policy's ``stats()`` in `SchedulerHook.refresh_metrics`:
+``policies:step_model_*`` (`integrations.vllm_v1.slo.step_timing`),
+``policies:decode_step_bound_seconds`` and
+``policies:start_gate_held_by_step_total`` (`integrations.vllm_v1.scheduling.start_gate`),
+``policies:spec_draft_tokens_withheld_total`` (`integrations.vllm_v1.speculative.budget`).
 
 Gauges are refreshed at most once per ``refresh_interval_s`` of the scheduler's clock;
 counters as events happen.
@@ -66,20 +65,29 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+import attrs
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
-from policies import (
-    DecodeStepGateStats,
-    EvictionStats,
-    FairnessPolicy,
-    KVBlockQuota,
-    SLOAdmissionStats,
-    StepModelStats,
-)
+from policies import EvictionStats, FairnessPolicy, KVBlockQuota, SLOAdmissionStats
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MAX_TENANT_LABELS = 64
+
+
+@attrs.frozen
+class Series:
+    """One Prometheus series a feature reports, declared in the feature's own module.
+
+    ``name`` is the full name without a counter's ``_total`` suffix (``policies:...``);
+    gauges keep the most recent value any process wrote.
+    """
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...] = ()
+    counter: bool = False
+    """A counter (only increases; exported as ``<name>_total``), else a gauge."""
 
 
 class PolicyMetrics:
@@ -138,10 +146,6 @@ class PolicyMetrics:
         self._wanted_hits = PromCounter("policies:kv_wanted_hits",
                                         "Prefix hits on blocks kept for a waiting request",
                                         ["queue"], registry=registry)
-        self._drafts_withheld = PromCounter(
-            "policies:spec_draft_tokens_withheld",
-            "Draft tokens trimmed by the speculation budget, by SLO class",
-            ["slo_class"], registry=registry)
         self._warm_requests = PromCounter("policies:cache_warm_requests",
                                           "Warm-up requests for hot prompt prefixes",
                                           registry=registry)
@@ -152,17 +156,6 @@ class PolicyMetrics:
                                    "Exceptions a policy raised, contained (stock fallback), "
                                    "by policy, seam and exception type",
                                    ["policy", "seam", "exception"], registry=registry)
-        self._step_coefficients = Gauge(
-            "policies:step_model_coefficient",
-            "The learned step-time model's coefficients (seconds per unit of the term)",
-            ["term"], registry=registry, multiprocess_mode="mostrecent")
-        self._step_error = Gauge(
-            "policies:step_model_relative_error",
-            "Relative error of the step-time model's predictions over its recent steps",
-            ["quantile"], registry=registry, multiprocess_mode="mostrecent")
-        self._step_observations = Gauge("policies:step_model_observations",
-                                        "Engine steps the step-time model has learned from",
-                                        registry=registry, multiprocess_mode="mostrecent")
         self._slo_headroom = Gauge("policies:slo_headroom",
                                    "SLO admission's headroom in force (configured, corrected "
                                    "by observed TTFT errors)", registry=registry,
@@ -194,17 +187,14 @@ class PolicyMetrics:
                                         "First tokens the API server reported leaving it",
                                         registry=registry)
         self._slo_reports_seen = 0
-        self._step_bound = Gauge("policies:decode_step_bound_seconds",
-                                 "The predicted decode step time the start gate holds the "
-                                 "batch within", registry=registry,
-                                 multiprocess_mode="mostrecent")
-        self._held_by_step = PromCounter(
-            "policies:start_gate_held_by_step", "Steps in which the start gate's step bound "
-            "stopped waiting requests from starting", registry=registry)
-        self._held_by_step_seen = 0
         self._eviction_seen: dict[tuple[str, str], int] = {}
         """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
+        self._series: dict[str, Gauge | PromCounter] = {}
+        """A feature's series by name, created on first use (`declare`)."""
+        self._registry = registry
+        self._counted: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        """(series, labels) -> the policy's total already counted (`count_to`)."""
 
     @classmethod
     def from_environment(cls) -> PolicyMetrics | None:
@@ -232,9 +222,6 @@ class PolicyMetrics:
 
     def slot_preempted(self, tenant: str) -> None:
         self._slot_preemptions.labels(tenant=self.tenant_label(tenant)).inc()
-
-    def drafts_withheld(self, slo_class: str, tokens: int) -> None:
-        self._drafts_withheld.labels(slo_class=slo_class or "default").inc(tokens)
 
     def warmed(self, tokens: int) -> None:
         """A warm-up request of ``tokens`` prompt tokens was added."""
@@ -280,20 +267,6 @@ class PolicyMetrics:
             values[(self.tenant_label(tenant) if tenant is not None else "none",)] += blocks
         self._show(self._pinned_by_tenant, values)
 
-    def step_model(self, stats: StepModelStats) -> None:
-        """Set the step-time model's gauges: its coefficients and its recent error."""
-        model = stats.model
-        for term, value in (("base", model.base_s), ("decode", model.decode_s_per_seq),
-                            ("decode_context_token", model.decode_s_per_context_token),
-                            ("prefill_token", model.prefill_s_per_token),
-                            ("prefill_pair", model.prefill_s_per_pair)):
-            self._step_coefficients.labels(term=term).set(value)
-        for quantile, value in (("0.5", stats.relative_error_p50),
-                                ("0.99", stats.relative_error_p99)):
-            if value is not None:
-                self._step_error.labels(quantile=quantile).set(value)
-        self._step_observations.set(stats.observations)
-
     def slo_admission(self, stats: SLOAdmissionStats) -> None:
         """Set SLO admission's gauges and advance its demotion counter to its total."""
         self._slo_headroom.set(stats.headroom)
@@ -314,14 +287,49 @@ class PolicyMetrics:
                 self._slo_reports.inc(path.client_reports - self._slo_reports_seen)
                 self._slo_reports_seen = path.client_reports
 
-    def start_gate(self, stats: DecodeStepGateStats) -> None:
-        """Set the start gate's step bound and advance its held counter to the gate's total."""
-        if stats.step_bound_s is not None:
-            self._step_bound.set(stats.step_bound_s)
-        delta = stats.held_by_step - self._held_by_step_seen
+    def declare(self, *series: Series) -> None:
+        """Create ``series`` now, so that those without labels read 0 until first set."""
+        for one in series:
+            self._metric(one)
+
+    def set(self, series: Series, value: float, **labels: str) -> None:
+        """Set the gauge ``series`` (with ``labels``) to ``value``."""
+        self._labelled(series, labels).set(value)
+
+    def show(self, series: Series, values: Mapping[tuple[str, ...], float]) -> None:
+        """Set the gauge ``series`` to ``values`` (label values, in ``series.labels`` order,
+        -> value); label sets shown before and missing now are set back to 0."""
+        self._show(self._metric(series), Counter(values))
+
+    def count(self, series: Series, amount: float = 1, **labels: str) -> None:
+        """Add ``amount`` to the counter ``series`` (with ``labels``)."""
+        self._labelled(series, labels).inc(amount)
+
+    def count_to(self, series: Series, total: float, **labels: str) -> None:
+        """Advance the counter ``series`` (with ``labels``) to a policy's running ``total``
+        (what a ``stats()`` snapshot reports): each event is counted once, however often
+        the snapshot is read."""
+        key = (series.name, tuple(sorted(labels.items())))
+        delta = total - self._counted.get(key, 0)
         if delta > 0:
-            self._held_by_step.inc(delta)
-            self._held_by_step_seen = stats.held_by_step
+            self._labelled(series, labels).inc(delta)
+            self._counted[key] = total
+
+    def _metric(self, series: Series) -> Gauge | PromCounter:
+        metric = self._series.get(series.name)
+        if metric is None:
+            if series.counter:
+                metric = PromCounter(series.name, series.documentation, series.labels,
+                                     registry=self._registry)
+            else:
+                metric = Gauge(series.name, series.documentation, series.labels,
+                               registry=self._registry, multiprocess_mode="mostrecent")
+            self._series[series.name] = metric
+        return metric
+
+    def _labelled(self, series: Series, labels: Mapping[str, str]) -> Gauge | PromCounter:
+        metric = self._metric(series)
+        return metric.labels(**labels) if labels else metric
 
     def due(self, now: float) -> bool:
         """Whether the gauges should be refreshed at ``now`` (then not again for an interval)."""

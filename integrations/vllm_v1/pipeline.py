@@ -4,6 +4,13 @@ A pure value: it names policies and nothing else. How it reaches an engine
 (`integrations.vllm_v1.config`), which scheduler runs it
 (`integrations.vllm_v1.scheduling`) and how it is served
 (`integrations.vllm_v1.serving`) live in their own packages.
+
+A slot that an optional feature runs names its `SchedulerHook` in its own field metadata
+(``metadata={HOOK: "package.module:factory"}``, called as ``factory(scheduler, policy)``
+when the slot is set; a factory may return None when it has nothing to run for that
+policy). The scheduler builds those hooks in field order (`hooked_slots`); the string keeps
+this module free of the feature packages, and ``tests/test_layering.py`` resolves each one
+and checks that the scheduler may import it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,9 @@ from policies import (
     WarmingPolicy,
 )
 from policies.eviction import EvictionOrder
+
+HOOK = "hook"
+"""Field metadata key: the `SchedulerHook` factory that runs the slot (``package.module:name``)."""
 
 
 def _implements(protocol: type, optional: bool = False):
@@ -85,25 +95,36 @@ class Pipeline:
     )
     """Per-tenant running-slot and KV-block quotas, work-conserving (`TenantQuota`); needs
     ``fairness``, which picks among the tenants under quota."""
+    start_gate: StartGate | None = attrs.field(
+        default=None, validator=_implements(StartGate, optional=True),
+        metadata={HOOK: "integrations.vllm_v1.scheduling.start_gate:StartGateHook"},
+    )
+    """Holds waiting requests back while starting them would push the batch past a bound
+    (`DecodeStepGate`: its predicted step time, `DecodeKVGate`: KV usage; for PD decode
+    instances); see `integrations.vllm_v1.scheduling.start_gate`."""
     speculation: SpeculationPolicy | None = attrs.field(
-        default=None, validator=_implements(SpeculationPolicy, optional=True)
+        default=None, validator=_implements(SpeculationPolicy, optional=True),
+        metadata={HOOK: "integrations.vllm_v1.speculative.budget:DraftBudgetHook"},
     )
     """Caps each running request's draft tokens by class and load before a step (needs a
     ``speculative_config``; see `integrations.vllm_v1.speculative.budget`)."""
     warming: WarmingPolicy | None = attrs.field(
-        default=None, validator=_implements(WarmingPolicy, optional=True)
+        default=None, validator=_implements(WarmingPolicy, optional=True),
+        metadata={HOOK: "integrations.vllm_v1.cache.warming:CacheWarmingHook"},
     )
     """Learns recurring prompt prefixes and pre-populates them while the engine is quiet
     (see `integrations.vllm_v1.cache.warming`)."""
     warming_state_path: str | None = None
     """Where ``warming`` keeps its hot prefixes across restarts (None: not kept)."""
     eviction: EvictionOrder | None = attrs.field(
-        default=None, validator=_implements(EvictionOrder, optional=True)
+        default=None, validator=_implements(EvictionOrder, optional=True),
+        metadata={HOOK: "integrations.vllm_v1.cache.eviction:EvictionHook"},
     )
     """Which unreferenced prefix-cache block is evicted next (e.g. `SegmentedLRU`);
     ``None`` keeps vLLM's LRU (see `integrations.vllm_v1.cache.eviction`)."""
     step_model: StepObserver | None = attrs.field(
-        default=None, validator=_implements(StepObserver, optional=True))
+        default=None, validator=_implements(StepObserver, optional=True),
+        metadata={HOOK: "integrations.vllm_v1.slo.step_timing:StepTimingHook"})
     """Learns the engine's step time from every step it runs (`OnlineStepTimeModel`); the
     policies that predict with it (`SLOAdmission`) hold the same object (see
     `integrations.vllm_v1.slo.step_timing`)."""
@@ -113,12 +134,6 @@ class Pipeline:
     (`SlotPreemption`; vLLM itself preempts only for KV blocks). That request moves to the head
     of the queue and the victim waits right behind it; with ``fairness`` (which picks the
     tenant served next) only a request already at the head is served so."""
-    start_gate: StartGate | None = attrs.field(
-        default=None, validator=_implements(StartGate, optional=True)
-    )
-    """Holds waiting requests back while starting them would push the batch past a bound
-    (`DecodeStepGate`: its predicted step time, `DecodeKVGate`: KV usage; for PD decode
-    instances); see `integrations.vllm_v1.scheduling.start_gate`."""
 
     def __attrs_post_init__(self) -> None:
         if self.quotas is not None and self.fairness is None:
@@ -130,7 +145,7 @@ class Pipeline:
         """Every policy in the pipeline, one per set slot, in field order."""
         slots = (getattr(self, field.name) for field in attrs.fields(Pipeline)
                  if field.name != "warming_state_path")
-        return tuple(p for p in slots if p is not None )
+        return tuple(p for p in slots if p is not None)
 
     @property
     def deadline_policy(self) -> DeadlinePolicy | None:
@@ -144,3 +159,10 @@ class Pipeline:
         """Whether anything can reorder requests (FCFS ranking alone cannot)."""
         return (not isinstance(self.ranking, FCFSOrder) or self.levels is not None
                 or self.fairness is not None)
+
+
+def hooked_slots() -> tuple[tuple[str, str], ...]:
+    """``(slot, hook factory path)`` of every `Pipeline` field that names a hook, in field
+    order (the order the scheduler calls them in)."""
+    return tuple((field.name, field.metadata[HOOK]) for field in attrs.fields(Pipeline)
+                 if HOOK in field.metadata)

@@ -2,7 +2,8 @@
 
 from prometheus_client import CollectorRegistry
 
-from integrations.vllm_v1.metrics import MAX_TENANT_LABELS, PolicyMetrics
+from integrations.vllm_v1.metrics import MAX_TENANT_LABELS, PolicyMetrics, Series
+from integrations.vllm_v1.scheduling.start_gate import report_start_gate
 from policies import WFQ, DecodeStepGateStats, KVWatermarks, SLOAdmissionStats
 
 
@@ -63,12 +64,12 @@ def test_tenant_labels_are_capped():
 
 def test_start_gate_bound_and_held_counter_follow_the_gate_totals():
     metrics, registry = make()
-    metrics.start_gate(DecodeStepGateStats(step_bound_s=None, fixed_step_s=0.005, calls=3,
+    report_start_gate(metrics, DecodeStepGateStats(step_bound_s=None, fixed_step_s=0.005, calls=3,
                                            held_by_step=0))
     assert registry.get_sample_value("policies:decode_step_bound_seconds") == 0.0  # unset
-    metrics.start_gate(DecodeStepGateStats(step_bound_s=0.0156, fixed_step_s=0.0078,
+    report_start_gate(metrics, DecodeStepGateStats(step_bound_s=0.0156, fixed_step_s=0.0078,
                                            calls=10, held_by_step=4))
-    metrics.start_gate(DecodeStepGateStats(step_bound_s=0.0150, fixed_step_s=0.0075,
+    report_start_gate(metrics, DecodeStepGateStats(step_bound_s=0.0150, fixed_step_s=0.0075,
                                            calls=12, held_by_step=6))
     assert registry.get_sample_value("policies:decode_step_bound_seconds") == 0.0150
     assert registry.get_sample_value("policies:start_gate_held_by_step_total") == 6
@@ -84,3 +85,27 @@ def test_slo_admission_gauges_and_demotions_follow_the_admission_totals():
     assert registry.get_sample_value("policies:slo_ttft_error_p90") == 0.12
     assert registry.get_sample_value("policies:slo_admitted_tracked") == 3
     assert registry.get_sample_value("policies:slo_demotions_total") == 5
+
+
+def test_a_features_series_count_each_event_once_and_drop_stale_label_sets():
+    metrics, registry = make()
+    total = Series("policies:test_events", "Events", ("kind",), counter=True)
+    level = Series("policies:test_level", "Level", ("tenant",))
+    for seen in (3, 3, 5, 4):  # a policy's running total, read at each refresh
+        metrics.count_to(total, seen, kind="a")
+    metrics.count(total, 2, kind="b")
+    metrics.show(level, {("gold",): 2.0, ("free",): 1.0})
+    metrics.show(level, {("free",): 4.0})
+    assert registry.get_sample_value("policies:test_events_total", {"kind": "a"}) == 5
+    assert registry.get_sample_value("policies:test_events_total", {"kind": "b"}) == 2
+    assert registry.get_sample_value("policies:test_level", {"tenant": "gold"}) == 0
+    assert registry.get_sample_value("policies:test_level", {"tenant": "free"}) == 4
+
+
+def test_a_declared_series_without_labels_reads_zero_before_it_is_set():
+    metrics, registry = make()
+    metrics.declare(Series("policies:test_gauge", "A gauge"),
+                    Series("policies:test_count", "A counter", counter=True))
+    metrics.declare(Series("policies:test_gauge", "A gauge"))  # once per name
+    assert registry.get_sample_value("policies:test_gauge") == 0
+    assert registry.get_sample_value("policies:test_count_total") == 0

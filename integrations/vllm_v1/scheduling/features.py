@@ -1,10 +1,11 @@
-"""Which `SchedulerHook`\\ s a scheduler runs: one per set pipeline slot, one per config key
-that turns a feature on, plus any named in config.
+"""Which `SchedulerHook`\\ s a scheduler runs: one per set pipeline slot that names a hook,
+one per config key that turns a feature on, plus any named in config.
 
-Adding a feature is one line here (slot or key -> the hook's import path) and its hook; the
-scheduler itself does not change. Slots and keys name their hooks the same way, by
-``package.module:factory`` imported when a scheduler is built, so `scheduling` imports no
-feature package (the package order in ``tests/test_layering.py``).
+A slot names its hook in its own `Pipeline` field metadata (`integrations.vllm_v1.pipeline.HOOK`);
+the config keys are named in the composition root (`integrations.vllm_v1.composition`), which
+sits above every feature package, serving and the instruments. Both are imported by name when
+a scheduler is built, so `scheduling` imports no feature package (the package order in
+``tests/test_layering.py``, which resolves these names and checks where they point).
 """
 
 from __future__ import annotations
@@ -16,37 +17,25 @@ from typing import Any
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
 from integrations.vllm_v1.hooks import SchedulerHook
+from integrations.vllm_v1.pipeline import hooked_slots
 
-SLOT_HOOKS: tuple[tuple[str, str], ...] = (
-    ("start_gate", "integrations.vllm_v1.scheduling.start_gate:StartGateHook"),
-    ("eviction", "integrations.vllm_v1.cache.eviction:EvictionHook"),
-    ("speculation", "integrations.vllm_v1.speculative.budget:DraftBudgetHook"),
-    ("warming", "integrations.vllm_v1.cache.warming:CacheWarmingHook"),
-    ("step_model", "integrations.vllm_v1.slo.step_timing:StepTimingHook"),
-)
-"""Pipeline slot -> the hook that runs it (``package.module:factory``, called as
-``factory(scheduler, policy)``), in call order."""
-
-
-KEY_HOOKS: tuple[tuple[str, str], ...] = (
-    ("rejection_channel", "integrations.vllm_v1.serving.rejection_channel:RejectionChannelHook"),
-    ("step_log", "integrations.vllm_v1.instruments.step_log:StepLogHook"),
-    ("hold_path", "integrations.vllm_v1.instruments.hold:HoldHook"),
-)
-"""Config entry key -> the hook it turns on (``package.module:factory``, called with the
-scheduler), so ``{"rejection_channel": ADDRESS}`` alone runs the rejection channel."""
+COMPOSITION_ROOT = "integrations.vllm_v1.composition"
+"""The module whose ``KEY_HOOKS`` maps config keys to hooks (``key -> package.module:factory``)."""
 
 
 def feature_hooks(scheduler: Any) -> list[SchedulerHook]:
-    """The hooks of ``scheduler.pipeline``'s set slots, then of its config entry's keys, then
-    those the entry's ``hooks`` names (each factory once)."""
+    """The hooks of ``scheduler.pipeline``'s set slots (field order; a factory that returns
+    None adds none), then of its config entry's keys, then those the entry's ``hooks`` names
+    (each factory once)."""
     pipeline = scheduler.pipeline
-    hooks = [named_hook(path)(scheduler, getattr(pipeline, slot)) for slot, path in SLOT_HOOKS
+    hooks = [named_hook(path)(scheduler, getattr(pipeline, slot)) for slot, path in hooked_slots()
              if getattr(pipeline, slot) is not None]
     entry = config_entry(scheduler.vllm_config.additional_config)
-    paths = [path for key, path in KEY_HOOKS if entry.get(key) is not None]
+    key_hooks = importlib.import_module(COMPOSITION_ROOT).KEY_HOOKS
+    paths = [path for key, path in key_hooks if entry.get(key) is not None]
     paths += list(entry.get("hooks") or ())
-    return hooks + [named_hook(path)(scheduler) for path in dict.fromkeys(paths)]
+    return [hook for hook in hooks if hook is not None] + [
+        named_hook(path)(scheduler) for path in dict.fromkeys(paths)]
 
 
 def named_hook(path: object) -> Callable[..., SchedulerHook]:

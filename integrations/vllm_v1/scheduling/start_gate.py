@@ -8,17 +8,36 @@ scheduler's limit is lowered to the running count plus that
 (`PolicyScheduler.limit_starts`). Requests already holding KV blocks
 (``kv_holding_waiting``, e.g. remote KV loaded) are drained first by vLLM and need
 no new blocks.
+
+Metrics, with a gate that has ``stats()`` (`DecodeStepGate`):
+``policies:decode_step_bound_seconds`` (the predicted step time starts may not push the
+batch past; absent while the step model warms up) and
+``policies:start_gate_held_by_step_total`` (steps in which the step bound, not KV or the
+queue, stopped the starts).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
+from integrations.vllm_v1.metrics import PolicyMetrics, Series
+from policies import DecodeStepGateStats
 from policies.pd_scheduling import StartGate
 
 MAX_LOOKAHEAD_REQUESTS = 64
 """Waiting requests the gate looks at per step (more never start in one step anyway)."""
+
+STEP_BOUND = Series("policies:decode_step_bound_seconds",
+                    "The predicted decode step time the start gate holds the batch within")
+HELD_BY_STEP = Series("policies:start_gate_held_by_step", "Steps in which the start gate's "
+                      "step bound stopped waiting requests from starting", counter=True)
+
+
+def report_start_gate(metrics: PolicyMetrics, stats: DecodeStepGateStats) -> None:
+    """Set the gate's step bound and advance its held counter to the gate's total."""
+    metrics.declare(STEP_BOUND, HELD_BY_STEP)
+    if stats.step_bound_s is not None:
+        metrics.set(STEP_BOUND, stats.step_bound_s)
+    metrics.count_to(HELD_BY_STEP, stats.held_by_step)
 
 
 class StartGateHook(SchedulerHook):
@@ -40,7 +59,7 @@ class StartGateHook(SchedulerHook):
             total_blocks=pool.num_gpu_blocks, running_requests=len(scheduler.running),
             block_size_tokens=scheduler.block_size))
 
-    def refresh_metrics(self, metrics: Any) -> None:
+    def refresh_metrics(self, metrics: PolicyMetrics) -> None:
         stats = getattr(self.gate, "stats", None)
         if stats is not None:
-            metrics.start_gate(stats())
+            report_start_gate(metrics, stats())

@@ -12,6 +12,12 @@ step's output when that came later, to when its output reaches ``update_from_out
 
 In the replay the clock is virtual and advanced by the cost model between the two calls, so
 the same code learns the cost model's steps.
+
+Metrics, with a model that has ``stats()`` (`OnlineStepTimeModel`):
+``policies:step_model_coefficient{term}`` (``base``, ``decode``, ``decode_context_token``,
+``prefill_token``, ``prefill_pair``), ``policies:step_model_relative_error{quantile}``
+(``0.5``, ``0.99``: out-of-sample, over the recent steps) and
+``policies:step_model_observations``.
 """
 
 from __future__ import annotations
@@ -19,10 +25,33 @@ from __future__ import annotations
 from typing import Any
 
 from integrations.vllm_v1.hooks import SchedulerHook
-from policies import StepFeatures, StepObserver
+from integrations.vllm_v1.metrics import PolicyMetrics, Series
+from policies import StepFeatures, StepModelStats, StepObserver
 
 _MAX_PENDING = 8
 """Outputs scheduled and not yet updated that are remembered (async scheduling has 2)."""
+
+COEFFICIENT = Series("policies:step_model_coefficient", "The learned step-time model's "
+                     "coefficients (seconds per unit of the term)", ("term",))
+RELATIVE_ERROR = Series("policies:step_model_relative_error", "Relative error of the "
+                        "step-time model's predictions over its recent steps", ("quantile",))
+OBSERVATIONS = Series("policies:step_model_observations",
+                      "Engine steps the step-time model has learned from")
+
+
+def report_step_model(metrics: PolicyMetrics, stats: StepModelStats) -> None:
+    """Set the step-time model's gauges: its coefficients and its recent error."""
+    model = stats.model
+    for term, value in (("base", model.base_s), ("decode", model.decode_s_per_seq),
+                        ("decode_context_token", model.decode_s_per_context_token),
+                        ("prefill_token", model.prefill_s_per_token),
+                        ("prefill_pair", model.prefill_s_per_pair)):
+        metrics.set(COEFFICIENT, value, term=term)
+    for quantile, value in (("0.5", stats.relative_error_p50),
+                            ("0.99", stats.relative_error_p99)):
+        if value is not None:
+            metrics.set(RELATIVE_ERROR, value, quantile=quantile)
+    metrics.set(OBSERVATIONS, stats.observations)
 
 
 def scheduled_chunks(scheduler: Any, num_scheduled_tokens: dict[str, int]
@@ -72,7 +101,7 @@ class StepTimingHook(SchedulerHook):
             self._model.observe(features, now - max(scheduled_s, self._last_output_s))
         self._last_output_s = now
 
-    def refresh_metrics(self, metrics: Any) -> None:
+    def refresh_metrics(self, metrics: PolicyMetrics) -> None:
         stats = getattr(self._model, "stats", None)
         if stats is not None:
-            metrics.step_model(stats())
+            report_step_model(metrics, stats())

@@ -4,6 +4,9 @@ vLLM schedules ``request.spec_token_ids`` (the drafts, or under async scheduling
 placeholders for drafts still being made) with the request's decode token; trimming that list
 before `Scheduler.schedule` is how the pipeline turns speculation down per class. It changes
 which tokens are verified in a step, never the output (drafts are verified by the target model).
+
+Metrics: ``policies:spec_draft_tokens_withheld_total{slo_class}`` (draft tokens the budget
+trimmed; ``default`` for requests without a class).
 """
 
 from __future__ import annotations
@@ -13,8 +16,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
+from integrations.vllm_v1.metrics import Series
 from policies import LoadSnapshot
 from policies.speculative import SpeculationPolicy
+
+DRAFTS_WITHHELD = Series("policies:spec_draft_tokens_withheld",
+                         "Draft tokens trimmed by the speculation budget, by SLO class",
+                         ("slo_class",), counter=True)
 
 
 def cap_drafts(running: Iterable[Any], budget: SpeculationPolicy,
@@ -54,4 +62,4 @@ class DraftBudgetHook(SchedulerHook):
                               lambda r: scheduler.tracked_metadata(r).slo_class, load)
         if scheduler.metrics is not None:
             for slo_class, tokens in withheld.items():
-                scheduler.metrics.drafts_withheld(slo_class, tokens)
+                scheduler.metrics.count(DRAFTS_WITHHELD, tokens, slo_class=slo_class or "default")
