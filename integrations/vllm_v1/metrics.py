@@ -36,22 +36,11 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
   (`SegmentedLRU.keep_waiting`) the ``wanted`` segment (blocks a waiting request will hit)
   and ``policies:kv_wanted_hits_total{queue="waiting"}`` (prefix hits on them)
 
-* with `SLOAdmission` as ``admission`` (the ``slo`` preset): ``policies:slo_headroom`` (the
-  headroom in force, the configured one corrected by the observed TTFT errors),
-  ``policies:slo_ttft_error_p90`` (90th percentile of (measured - predicted TTFT) / target
-  over the recent admitted requests), ``policies:slo_admitted_tracked`` (admitted requests
-  whose first-token deadline admission still weighs), ``policies:slo_demotions_total``, and
-  the learned path around the engine step (`PathDelays`): ``policies:slo_path_seconds{term}``
-  (``ingress``: arrival to the engine's decision; ``egress``: the engine's first token to the
-  client; the p90 admission plans with), ``policies:slo_path_client_reports_total``, and
-  the TPOT feedback from streams as the client got them: ``policies:slo_tpot_headroom`` and
-  ``policies:slo_tpot_error_p90``
-
 Features that plug in as hooks declare their own series next to their hook and set them
 through the generic verbs here (`Series`, `PolicyMetrics.set`, ``show``, ``count``,
 ``count_to``), from their policy's ``stats()`` in `SchedulerHook.refresh_metrics`:
-``policies:step_model_*`` (`integrations.vllm_v1.slo.step_timing`),
-``policies:decode_step_bound_seconds`` and
+``policies:step_model_*`` (`integrations.vllm_v1.slo.step_timing`), ``policies:slo_*``
+(`integrations.vllm_v1.slo.admission_metrics`), ``policies:decode_step_bound_seconds`` and
 ``policies:start_gate_held_by_step_total`` (`integrations.vllm_v1.scheduling.start_gate`),
 ``policies:spec_draft_tokens_withheld_total`` (`integrations.vllm_v1.speculative.budget`).
 
@@ -69,7 +58,7 @@ import attrs
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
-from policies import EvictionStats, FairnessPolicy, KVBlockQuota, SLOAdmissionStats
+from policies import EvictionStats, FairnessPolicy, KVBlockQuota
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MAX_TENANT_LABELS = 64
@@ -156,37 +145,6 @@ class PolicyMetrics:
                                    "Exceptions a policy raised, contained (stock fallback), "
                                    "by policy, seam and exception type",
                                    ["policy", "seam", "exception"], registry=registry)
-        self._slo_headroom = Gauge("policies:slo_headroom",
-                                   "SLO admission's headroom in force (configured, corrected "
-                                   "by observed TTFT errors)", registry=registry,
-                                   multiprocess_mode="mostrecent")
-        self._slo_error = Gauge("policies:slo_ttft_error_p90",
-                                "p90 of (measured - predicted TTFT) / TTFT target over recent "
-                                "admitted requests", registry=registry,
-                                multiprocess_mode="mostrecent")
-        self._slo_tracked = Gauge("policies:slo_admitted_tracked",
-                                  "Admitted requests whose first-token deadline SLO admission "
-                                  "still weighs", registry=registry, multiprocess_mode="mostrecent")
-        self._slo_demotions = PromCounter("policies:slo_demotions",
-                                          "Requests SLO admission demoted to a lower class",
-                                          registry=registry)
-        self._slo_demotions_seen = 0
-        self._slo_tpot_headroom = Gauge(
-            "policies:slo_tpot_headroom", "SLO admission's TPOT headroom in force (configured, "
-            "corrected by how much slower than predicted streams reached the client)",
-            registry=registry, multiprocess_mode="mostrecent")
-        self._slo_tpot_error = Gauge(
-            "policies:slo_tpot_error_p90", "p90 of (client TPOT - predicted TPOT) / TPOT target "
-            "over recent admitted streams", registry=registry, multiprocess_mode="mostrecent")
-        self._slo_path = Gauge("policies:slo_path_seconds",
-                               "p90 delay outside the engine step SLO admission plans with: "
-                               "ingress (arrival to the engine) and egress (engine first token "
-                               "to the client)", ["term"], registry=registry,
-                               multiprocess_mode="mostrecent")
-        self._slo_reports = PromCounter("policies:slo_path_client_reports",
-                                        "First tokens the API server reported leaving it",
-                                        registry=registry)
-        self._slo_reports_seen = 0
         self._eviction_seen: dict[tuple[str, str], int] = {}
         """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
@@ -266,26 +224,6 @@ class PolicyMetrics:
         for tenant, blocks in by_tenant.items():
             values[(self.tenant_label(tenant) if tenant is not None else "none",)] += blocks
         self._show(self._pinned_by_tenant, values)
-
-    def slo_admission(self, stats: SLOAdmissionStats) -> None:
-        """Set SLO admission's gauges and advance its demotion counter to its total."""
-        self._slo_headroom.set(stats.headroom)
-        if stats.ttft_error_p90 is not None:
-            self._slo_error.set(stats.ttft_error_p90)
-        self._slo_tracked.set(stats.tracked)
-        if stats.demoted > self._slo_demotions_seen:
-            self._slo_demotions.inc(stats.demoted - self._slo_demotions_seen)
-            self._slo_demotions_seen = stats.demoted
-        self._slo_tpot_headroom.set(stats.tpot_headroom)
-        if stats.tpot_error_p90 is not None:
-            self._slo_tpot_error.set(stats.tpot_error_p90)
-        path = stats.path
-        if path is not None:
-            self._slo_path.labels(term="ingress").set(path.ingress_s)
-            self._slo_path.labels(term="egress").set(path.egress_s)
-            if path.client_reports > self._slo_reports_seen:
-                self._slo_reports.inc(path.client_reports - self._slo_reports_seen)
-                self._slo_reports_seen = path.client_reports
 
     def declare(self, *series: Series) -> None:
         """Create ``series`` now, so that those without labels read 0 until first set."""

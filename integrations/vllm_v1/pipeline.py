@@ -78,7 +78,8 @@ class Pipeline:
     )
     """Caps the prefill tokens a request may be scheduled per step (e.g. `TokenBucket`)."""
     admission: AdmissionPolicy | None = attrs.field(
-        default=None, validator=_implements(AdmissionPolicy, optional=True)
+        default=None, validator=_implements(AdmissionPolicy, optional=True),
+        metadata={HOOK: "integrations.vllm_v1.slo.admission_metrics:slo_admission_metrics"},
     )
     """Accepts or rejects each request on arrival (e.g. `AdmissionController`)."""
     watermarks: AdmissionPolicy | None = attrs.field(

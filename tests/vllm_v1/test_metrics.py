@@ -4,6 +4,7 @@ from prometheus_client import CollectorRegistry
 
 from integrations.vllm_v1.metrics import MAX_TENANT_LABELS, PolicyMetrics, Series
 from integrations.vllm_v1.scheduling.start_gate import report_start_gate
+from integrations.vllm_v1.slo.admission_metrics import report_slo_admission
 from policies import WFQ, DecodeStepGateStats, KVWatermarks, SLOAdmissionStats
 
 
@@ -78,7 +79,7 @@ def test_start_gate_bound_and_held_counter_follow_the_gate_totals():
 def test_slo_admission_gauges_and_demotions_follow_the_admission_totals():
     metrics, registry = make()
     for demoted, p90 in ((2, None), (5, 0.12)):
-        metrics.slo_admission(SLOAdmissionStats(
+        report_slo_admission(metrics, SLOAdmissionStats(
             admitted=10, demoted=demoted, rejected={}, unclassified=0, tracked=3,
             headroom=0.78, ttft_error_p90=p90))
     assert registry.get_sample_value("policies:slo_headroom") == 0.78

@@ -70,7 +70,6 @@ from policies import (
     LoadSnapshot,
     RequestMetadata,
     RequestView,
-    SLOAdmission,
     TenantUsage,
 )
 from policies.cache_aware import LoadAwareRanking
@@ -516,10 +515,6 @@ class PolicySchedulerMixin:
             running=(self._tenant_of(r) for r in self.running),
             fairness=self.pipeline.fairness, watermarks=self._block_quota,
             kv_usage=self.kv_cache_manager.usage)
-        admission = self.pipeline.admission
-        if isinstance(admission, SLOAdmission):
-            self._call("refresh_metrics",
-                       (lambda: metrics.slo_admission(admission.stats()),))
         self._call("refresh_metrics", self.hooks.refresh_metrics, metrics)
 
     def _reserve_prefill_lookahead(self, request: Request, num_computed_tokens: int,

@@ -16,6 +16,7 @@ from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.pipeline import hooked_slots
 from integrations.vllm_v1.scheduling.features import named_hook
 from integrations.vllm_v1.scheduling.start_gate import StartGateHook
+from integrations.vllm_v1.slo.admission_metrics import SLOAdmissionMetrics
 from integrations.vllm_v1.slo.step_timing import StepTimingHook
 from policies import AdmissionController, DecodeKVGate
 
@@ -35,7 +36,7 @@ def test_every_registered_path_is_a_scheduler_hook_factory(name, path):
 
 def test_the_hooked_slots_are_the_pipeline_fields_that_run_a_feature():
     assert [slot for slot, _ in hooked_slots()] == [
-        "start_gate", "speculation", "warming", "eviction", "step_model"]
+        "admission", "start_gate", "speculation", "warming", "eviction", "step_model"]
 
 
 def test_hooks_are_built_in_field_order_and_only_for_what_they_report():
@@ -44,7 +45,7 @@ def test_hooks_are_built_in_field_order_and_only_for_what_they_report():
     gated = Pipeline(admission=pipeline.admission, step_model=pipeline.step_model,
                      start_gate=DecodeKVGate())
     hooks = SchedulerHarness.build(gated, shape=shape).scheduler.hooks.hooks
-    assert [type(h) for h in hooks] == [StartGateHook, StepTimingHook]
+    assert [type(h) for h in hooks] == [SLOAdmissionMetrics, StartGateHook, StepTimingHook]
     plain = Pipeline(admission=AdmissionController(rng=random.Random(0), max_waiting=4))
     assert SchedulerHarness.build(plain, shape=shape).scheduler.hooks.hooks == ()
 
