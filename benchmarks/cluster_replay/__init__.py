@@ -1,0 +1,1 @@
+"""Cluster replay: routers in front of N replicas, each a real vLLM scheduler in virtual time."""

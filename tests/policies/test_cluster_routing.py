@@ -1,0 +1,202 @@
+"""Cluster routers over a fake replica set: each peer's published rule, and `SLORouter`'s
+guarantees (feasible placement, session then earliest first token, Retry-After, one retry)."""
+
+import random
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from policies.cluster_routing import (
+    ClusterRequest,
+    KVOverlapReplicas,
+    PowerOfTwoReplicas,
+    ReplicaReport,
+    RoundRobinReplicas,
+    RouteCause,
+    SessionStickyReplicas,
+    SLORouter,
+    StickyUntilSaturated,
+)
+from policies.pd_router import chain_keys
+from policies.step_model import StepTimeModel
+
+NAMES = ("r0", "r1", "r2")
+BLOCK = 16
+MODEL = StepTimeModel(base_s=0.007, decode_s_per_seq=1e-4, prefill_s_per_token=2.3e-5,
+                      decode_s_per_context_token=5e-8, prefill_s_per_pair=1.4e-9)
+
+
+def report(name: str, *, queued: int = 0, running: int = 0, accepting: bool = True,
+           recent_step_s: float | None = None, kv_usage: float = 0.0) -> ReplicaReport:
+    return ReplicaReport(name=name, queued_prefill_tokens=queued, running_requests=running,
+                         kv_usage=kv_usage, kv_capacity_tokens=400_000, token_budget=8192,
+                         step_model=MODEL, recent_step_s=recent_step_s, accepting=accepting)
+
+
+def reports(**overrides: dict) -> dict[str, ReplicaReport]:
+    return {name: report(name, **overrides.get(name, {})) for name in NAMES}
+
+
+def request(rid: str = "q", *, blocks: tuple[int, ...] = (), prompt: int | None = None,
+            session: str | None = None, ttft_s: float | None = 1.0, arrival_s: float = 0.0,
+            demote_ttft_s: float | None = None) -> ClusterRequest:
+    return ClusterRequest(request_id=rid, arrival_s=arrival_s,
+                          prompt_tokens=prompt or BLOCK * len(blocks) + 1,
+                          block_keys=chain_keys(blocks), session_id=session, ttft_s=ttft_s,
+                          tpot_s=0.1, demote_ttft_s=demote_ttft_s)
+
+
+def test_construction_and_report_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="replicas must name at least one replica"):
+        RoundRobinReplicas(replicas=())
+    with pytest.raises(ValueError, match="replicas has duplicates"):
+        RoundRobinReplicas(replicas=("a", "a"))
+    with pytest.raises(ValueError, match="saturation_tokens"):
+        StickyUntilSaturated(replicas=NAMES, saturation_tokens=0)
+    with pytest.raises(ValueError, match="min_retry_after_s"):
+        SLORouter(replicas=NAMES, min_retry_after_s=5.0, max_retry_after_s=1.0)
+    with pytest.raises(KeyError, match="no entry for replica 'r2'"):
+        RoundRobinReplicas(replicas=NAMES).route(request(), {"r0": report("r0"),
+                                                             "r1": report("r1")}, 0.0)
+
+
+def test_round_robin_cycles_over_accepting_replicas() -> None:
+    router = RoundRobinReplicas(replicas=NAMES)
+    state = reports(r1={"accepting": False})
+    chosen = [router.route(request(f"q{i}"), state, 0.0).replica for i in range(4)]
+    assert chosen == ["r0", "r2", "r0", "r2"]
+    none = router.route(request(), {n: report(n, accepting=False) for n in NAMES}, 0.0)
+    assert none.replica is None and none.cause is RouteCause.NO_REPLICA
+    assert router.stats().rejected == 1 and router.stats().routed == 4
+    router.check_invariants()
+
+
+def test_power_of_two_takes_the_shorter_of_its_draws() -> None:
+    router = PowerOfTwoReplicas(replicas=NAMES, rng=random.Random(1))
+    state = reports(r0={"running": 50}, r1={"running": 50})
+    # r2 is the emptiest: it wins every draw it is part of, and loses none.
+    chosen = {router.route(request(f"q{i}"), state, 0.0).replica for i in range(30)}
+    assert "r2" in chosen
+    single = PowerOfTwoReplicas(replicas=("only",))
+    assert single.route(request(), {"only": report("only")}, 0.0).replica == "only"
+
+
+def test_kv_overlap_trades_cache_hits_against_queued_tokens() -> None:
+    router = KVOverlapReplicas(replicas=NAMES, block_size_tokens=BLOCK)
+    blocks = tuple(range(40))
+    first = router.route(request("a", blocks=blocks), reports(), 0.0).replica
+    again = router.route(request("b", blocks=blocks), reports(), 0.0)
+    assert again.replica == first and again.cause is RouteCause.CACHE
+    assert again.cached_tokens == 40 * BLOCK
+    busy = reports(**{first: {"queued": 10_000}})
+    assert router.route(request("c", blocks=blocks), busy, 0.0).replica != first
+
+
+def test_session_sticky_keeps_a_session_until_its_replica_stops_accepting() -> None:
+    router = SessionStickyReplicas(replicas=NAMES)
+    home = router.route(request("t0", session="s"), reports(r0={"running": 5}), 0.0).replica
+    assert home == "r1"  # least loaded at the first call
+    loaded = reports(r1={"running": 99})
+    follow = router.route(request("t1", session="s"), loaded, 0.0)
+    assert follow.replica == "r1" and follow.cause is RouteCause.SESSION
+    moved = router.route(request("t2", session="s"), reports(r1={"accepting": False}), 0.0)
+    assert moved.replica != "r1" and moved.cause is RouteCause.LEAST_LOADED
+    assert router.stats().sessions == 1
+
+
+def test_sticky_until_saturated_leaves_the_warm_replica_at_the_limit() -> None:
+    router = StickyUntilSaturated(replicas=NAMES, block_size_tokens=BLOCK,
+                                  saturation_tokens=5_000)
+    blocks = tuple(range(20))
+    warm = router.route(request("a", blocks=blocks), reports(), 0.0).replica
+    near = reports(**{warm: {"queued": 4_999}})
+    assert router.route(request("b", blocks=blocks), near, 0.0).replica == warm
+    full = reports(**{warm: {"queued": 5_000}})
+    cold = router.route(request("c", blocks=blocks), full, 0.0)
+    assert cold.replica != warm and cold.cause is RouteCause.LEAST_LOADED
+
+
+def test_slo_router_prefers_the_session_replica_while_it_is_feasible() -> None:
+    router = SLORouter(replicas=NAMES, block_size_tokens=BLOCK)
+    first = router.route(request("t0", session="s", blocks=tuple(range(64))), reports(), 0.0)
+    assert first.accepted and first.predicted_ttft_s <= 0.9
+    home = first.replica
+    assert home == "r0"  # equal predictions: the first listed
+    # Some load at home, less elsewhere: still home while the deadline holds.
+    state = reports(r0={"queued": 8_000})
+    follow = router.route(request("t1", session="s", blocks=tuple(range(70))), state, 0.1)
+    assert follow.replica == "r0" and follow.cause is RouteCause.SESSION
+    # Home can no longer make it: the earliest first token elsewhere.
+    state = reports(r0={"queued": 200_000}, r1={"queued": 3_000})
+    moved = router.route(request("t2", session="s", blocks=tuple(range(70))), state, 0.2)
+    assert moved.replica == "r2" and moved.cause is RouteCause.FEASIBLE
+
+
+def test_slo_router_rejects_with_retry_after_when_no_replica_is_feasible() -> None:
+    router = SLORouter(replicas=NAMES, min_retry_after_s=0.5, max_retry_after_s=30.0)
+    swamped = {n: report(n, queued=1_000_000) for n in NAMES}
+    decision = router.route(request(), swamped, 0.0)
+    assert decision.replica is None and decision.cause is RouteCause.NO_FEASIBLE
+    assert 0.5 <= decision.retry_after_s <= 30.0
+    # Late already on arrival: rejected however empty the replicas are.
+    late = router.route(request("late", arrival_s=0.0), reports(), now=5.0)
+    assert late.cause is RouteCause.NO_FEASIBLE
+    # A request with no target is always placed.
+    free = router.route(request("free", ttft_s=None), swamped, 0.0)
+    assert free.accepted
+
+
+def test_slo_router_demotes_to_the_declared_lower_class() -> None:
+    router = SLORouter(replicas=NAMES)
+    state = {n: report(n, queued=100_000) for n in NAMES}  # ~2.5 s of prefill each
+    decision = router.route(request(ttft_s=1.0, demote_ttft_s=10.0), state, 0.0)
+    assert decision.cause is RouteCause.DEMOTED and decision.accepted
+
+
+def test_slo_router_retries_once_elsewhere() -> None:
+    router = SLORouter(replicas=NAMES)
+    first = router.route(request("q"), reports(), 0.0)
+    retry = router.retry(request("q"), reports(), 0.05, rejected_by=first.replica)
+    assert retry.cause is RouteCause.RETRIED and retry.replica not in (first.replica, None)
+    again = router.retry(request("q"), reports(), 0.1, rejected_by=retry.replica)
+    assert again.replica is None and again.cause is RouteCause.NO_RETRY
+    with pytest.raises(KeyError, match="rejected_by 'nowhere'"):
+        router.retry(request("z"), reports(), 0.0, rejected_by="nowhere")
+    stats = router.stats()
+    assert stats.retries == 2 and stats.retries_placed == 1
+    router.check_invariants()
+    # Peers pass a replica's rejection on.
+    peer = SessionStickyReplicas(replicas=NAMES)
+    assert peer.retry(request("q"), reports(), 0.0, rejected_by="r0").cause is RouteCause.NO_RETRY
+
+
+def test_slo_router_checks_tpot_on_running_replicas() -> None:
+    router = SLORouter(replicas=("a", "b"))
+    slow = attrs.evolve(report("a"), running_requests=100, recent_step_s=0.12)
+    quick = attrs.evolve(report("b", queued=2_000), running_requests=10, recent_step_s=0.03)
+    assert router.route(request(), {"a": slow, "b": quick}, 0.0).replica == "b"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 300_000), st.integers(0, 200), st.booleans()),
+                min_size=3, max_size=3),
+       st.integers(1, 30_000), st.floats(0.0, 3.0))
+def test_slo_router_places_only_where_the_prediction_meets_the_deadline(
+        loads: list[tuple[int, int, bool]], prompt: int, waited_s: float) -> None:
+    router = SLORouter(replicas=NAMES)
+    state = {n: report(n, queued=q, running=r, accepting=a)
+             for n, (q, r, a) in zip(NAMES, loads, strict=True)}
+    req = request(prompt=prompt, arrival_s=0.0)
+    decision = router.route(req, state, waited_s)
+    accepting = [n for n in NAMES if state[n].accepting]
+    predictions = {n: router.predict_ttft_s(req, state[n], 0, waited_s) for n in accepting}
+    if decision.accepted:
+        assert predictions[decision.replica] <= router.headroom * req.ttft_s
+        assert decision.predicted_ttft_s == predictions[decision.replica]
+    elif accepting:
+        assert all(router.predict_ttft_s(req, state[n], 0, waited_s) > 0.9 * req.ttft_s
+                   or router.predict_tpot_s(req, state[n]) > req.tpot_s for n in accepting)
+        assert router.min_retry_after_s <= decision.retry_after_s <= router.max_retry_after_s
+    router.check_invariants()
