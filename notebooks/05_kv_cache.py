@@ -97,8 +97,7 @@ assert order.segment_of("sys") is Segment.PROTECTED
 # %%
 from benchmarks.replay.agent_sessions import agent_trace
 from integrations.vllm_v1.config.presets import preset
-from policies.adaptive_eviction import DuelingSLRU
-from policies.session_retention import SessionPins
+from policies.eviction import DuelingSLRU, SessionPins
 
 print(preset("cache").eviction)
 

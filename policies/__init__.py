@@ -5,7 +5,6 @@ Policies see frozen views (`RequestView`, `LoadSnapshot`), take the step's
 inside a real vLLM V1 engine.
 """
 
-from policies.adaptive_eviction import DuelingSLRU
 from policies.admission import (
     AdmissionController,
     AdmissionDecision,
@@ -20,11 +19,15 @@ from policies.deadline import EDFRanker
 from policies.errors import InvalidRequestMetadata
 from policies.eviction import (
     LRU,
+    DuelingSLRU,
     EvictionOrder,
     EvictionStats,
     RetentionHints,
     Segment,
     SegmentedLRU,
+    SessionGaps,
+    SessionHints,
+    SessionPins,
 )
 from policies.fairness import WFQ, WFQStats
 from policies.frontend_gate import FrontendGate, FrontendGateStats
@@ -79,7 +82,6 @@ from policies.protocols import (
 )
 from policies.ranking import FCFSOrder, QoSRanker
 from policies.rate import TokenBucket, TokenBucketStats
-from policies.session_retention import SessionGaps, SessionHints, SessionPins
 from policies.slo import (
     ClassFairShare,
     ClassFairShareStats,

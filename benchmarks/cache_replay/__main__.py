@@ -36,9 +36,7 @@ from benchmarks.cache_replay.restart import replay_restart
 from benchmarks.cache_replay.simulate import ReplayResult, replay_opt, replay_order
 from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1.config.presets import preset
-from policies.adaptive_eviction import DuelingSLRU
-from policies.eviction import LRU, EvictionOrder, SegmentedLRU
-from policies.session_retention import SessionPins
+from policies.eviction import LRU, DuelingSLRU, EvictionOrder, SegmentedLRU, SessionPins
 
 SHIPPED_PRESET = "cache"
 """The preset whose eviction order ``--policies shipped`` runs."""

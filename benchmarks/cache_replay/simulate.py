@@ -39,8 +39,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import attrs
 
-from policies.eviction import EvictionOrder, WaitingHints
-from policies.session_retention import SessionHints
+from policies.eviction import EvictionOrder, SessionHints, WaitingHints
 
 Chain = Sequence[Hashable]
 Turn = tuple[str | None, float] | tuple[str | None, float, str | None]

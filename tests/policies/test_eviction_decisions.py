@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies import LRU, PromptVersions, SegmentedLRU
-from policies.adaptive_eviction import _LRUShadow, _OrderShadow
+from policies.eviction.shadows import _LRUShadow, _OrderShadow
 
 
 class Driver:

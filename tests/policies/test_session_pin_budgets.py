@@ -6,8 +6,7 @@ import random
 
 from benchmarks.cache_replay.simulate import replay_order
 from benchmarks.replay.agent_sessions import agent_trace
-from policies.adaptive_eviction import DuelingSLRU
-from policies.session_retention import SessionPins
+from policies.eviction import DuelingSLRU, SessionPins
 
 
 def release_chain(order, chain):

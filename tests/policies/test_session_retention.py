@@ -2,9 +2,14 @@
 
 import pytest
 
-from policies.adaptive_eviction import DuelingSLRU
-from policies.eviction import Segment
-from policies.session_retention import SessionGaps, SessionHints, SessionPins, session_tenant
+from policies.eviction import (
+    DuelingSLRU,
+    Segment,
+    SessionGaps,
+    SessionHints,
+    SessionPins,
+    session_tenant,
+)
 
 
 def release_chain(order, chain):

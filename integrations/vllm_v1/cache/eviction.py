@@ -64,8 +64,13 @@ from integrations.vllm_v1.vllm_surface.names import (
     make_block_hash_with_group_id,
     swap_free_block_queue,
 )
-from policies.eviction import EvictionOrder, ReportsEvictionStats, RetentionHints, WaitingHints
-from policies.session_retention import SessionHints
+from policies.eviction import (
+    EvictionOrder,
+    ReportsEvictionStats,
+    RetentionHints,
+    SessionHints,
+    WaitingHints,
+)
 
 PROMPT_VERSION_ARG = "prompt_version"
 """The ``vllm_xargs`` key naming the version of a request's system prompt."""

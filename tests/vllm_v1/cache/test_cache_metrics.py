@@ -6,9 +6,8 @@ from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.metrics import PolicyMetrics
 from policies import SegmentedLRU
-from policies.adaptive_eviction import DuelingSLRU
+from policies.eviction import DuelingSLRU, SessionPins
 from policies.prompt_versions import PromptVersions
-from policies.session_retention import SessionPins
 from tests.helpers.drain import drain
 
 

@@ -2,9 +2,7 @@
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
-from policies.adaptive_eviction import DuelingSLRU
-from policies.eviction import Segment
-from policies.session_retention import SessionPins
+from policies.eviction import DuelingSLRU, Segment, SessionPins
 from tests.helpers.cache import check_pool
 
 

@@ -19,9 +19,7 @@ import attrs
 
 from benchmarks.cache_replay import simulate
 from benchmarks.replay.workloads import load_workload
-from policies.adaptive_eviction import DuelingSLRU
-from policies.eviction import Segment
-from policies.session_retention import SessionGaps, SessionPins
+from policies.eviction import DuelingSLRU, Segment, SessionGaps, SessionPins
 
 
 @attrs.define(eq=False, kw_only=True)

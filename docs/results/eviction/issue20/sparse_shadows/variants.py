@@ -4,7 +4,7 @@ from benchmarks.cache_replay.__main__ import run as run_policy
 from benchmarks.cache_replay.prefix_models import enterprise_chains
 from benchmarks.cache_replay.simulate import replay_order
 from benchmarks.replay.workloads import load_workload
-from policies.adaptive_eviction import DuelingSLRU
+from policies.eviction import DuelingSLRU
 
 trace_name, prefix, sizes, variants, out = sys.argv[1], sys.argv[2], [int(s) for s in sys.argv[3].split(",")], sys.argv[4].split(";"), sys.argv[5]
 trace = load_workload(trace_name)
