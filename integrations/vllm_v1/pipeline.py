@@ -157,8 +157,9 @@ class Pipeline:
 
     @property
     def reorders_requests(self) -> bool:
-        """Whether anything can reorder requests (FCFS ranking alone cannot)."""
-        return (not isinstance(self.ranking, FCFSOrder) or self.levels is not None
+        """Whether anything can reorder requests (the default ranking, `FCFSOrder()`, alone
+        cannot)."""
+        return (self.ranking != FCFSOrder() or self.levels is not None
                 or self.fairness is not None)
 
 

@@ -18,6 +18,8 @@ not policies). The defaults were chosen on the ``mooncake-conv`` cluster replay
 
 from __future__ import annotations
 
+import contextlib
+
 import attrs
 
 from integrations.vllm_v1.pipeline import Pipeline
@@ -44,9 +46,10 @@ class PDRole:
         """``pipeline`` with this role's policies in every slot it leaves at its default.
 
         Slots the caller set are kept, so a user's pipeline (fairness, admission, ...)
-        runs on every instance and each role only adds what it needs. A role's
-        `DecodeStepGate` predicts with the caller's ``step_model`` where the caller set an
-        `OnlineStepTimeModel` (the one the engine feeds), else with the role's own.
+        runs on every instance and each role only adds what it needs. A role's gate that
+        predicts with a step model (an attrs ``step_model`` field: `DecodeStepGate`) takes
+        the caller's ``step_model`` (the one the engine feeds) where its validator accepts
+        it (an `OnlineStepTimeModel`), else keeps the role's own.
         """
         if self.pipeline is None:
             return pipeline
@@ -55,9 +58,10 @@ class PDRole:
             field.name: getattr(self.pipeline, field.name) for field in attrs.fields(Pipeline)
             if getattr(pipeline, field.name) == getattr(blank, field.name)})
         gate, model = merged.start_gate, merged.step_model
-        if (isinstance(gate, DecodeStepGate) and isinstance(model, OnlineStepTimeModel)
-                and gate.step_model is not model):
-            merged = attrs.evolve(merged, start_gate=attrs.evolve(gate, step_model=model))
+        if (model is not None and attrs.has(type(gate))
+                and "step_model" in attrs.fields_dict(type(gate)) and gate.step_model is not model):
+            with contextlib.suppress(TypeError):  # the gate's validator refuses that model
+                merged = attrs.evolve(merged, start_gate=attrs.evolve(gate, step_model=model))
         return merged
 
     def vllm_args(self) -> tuple[str, ...]:

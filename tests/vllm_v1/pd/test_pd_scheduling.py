@@ -162,3 +162,18 @@ def test_the_role_gate_predicts_with_the_step_model_a_users_pipeline_feeds():
     plain = PD_DECODE.applied_to(Pipeline())
     assert plain.start_gate is PD_DECODE.pipeline.start_gate
     assert plain.start_gate.step_model is plain.step_model
+
+
+
+class _CountingSteps:
+    """A step observer of the user's own that is no step-time model (a gate cannot use it)."""
+
+    def observe(self, features, duration_s):
+        pass
+
+
+def test_the_role_gate_keeps_its_own_model_where_the_users_observer_cannot_predict():
+    users = _CountingSteps()
+    decode = PD_DECODE.applied_to(Pipeline(step_model=users))
+    assert decode.step_model is users
+    assert decode.start_gate is PD_DECODE.pipeline.start_gate
