@@ -56,7 +56,9 @@ class PathDelays:
     Guarantees: each planned delay is a percentile of observations made within the last
     ``horizon_s`` (0 with none); at most ``window`` observations per term and
     ``max_awaiting`` requests awaiting a client report are kept (the oldest go first), so
-    memory is bounded whatever the clients do. Pure: time is passed in.
+    memory is bounded whatever the clients do. A term's percentile is computed again only
+    when an observation comes or ages out (asking per decision is O(1) in between). Pure:
+    time is passed in.
     """
 
     window: int = attrs.field(default=200, validator=at_least(1))
@@ -71,6 +73,8 @@ class PathDelays:
     _awaiting: OrderedDict[str, float] = attrs.field(init=False, factory=OrderedDict,
                                                      repr=False)
     """request id -> when the engine produced its first token"""
+    _planned_s: dict[str, float] = attrs.field(init=False, factory=dict, repr=False)
+    """Term -> its planned delay, until its samples change or age out (`_planned`)."""
     _reports: int = attrs.field(init=False, default=0, repr=False)
     _unmatched: int = attrs.field(init=False, default=0, repr=False)
 
@@ -87,6 +91,7 @@ class PathDelays:
         """The engine decides at ``now`` on a request the API server received at
         ``arrival_s``."""
         self._ingress.append((now, max(now - arrival_s, 0.0)))
+        self._planned_s.pop("ingress", None)
 
     def engine_first_token(self, request_id: str, now: float) -> None:
         """The engine produced ``request_id``'s first token at ``now``."""
@@ -105,20 +110,28 @@ class PathDelays:
             return None
         egress = max(sent_s - produced, 0.0)
         self._egress.append((sent_s, egress))
+        self._planned_s.pop("egress", None)
         return egress
 
     def ingress_s(self, now: float) -> float:
         """The ingress delay to plan on at ``now``."""
-        return self._planned(self._ingress, now)
+        return self._planned("ingress", self._ingress, now)
 
     def egress_s(self, now: float) -> float:
         """The egress delay to plan on at ``now``."""
-        return self._planned(self._egress, now)
+        return self._planned("egress", self._egress, now)
 
-    def _planned(self, samples: deque[tuple[float, float]], now: float) -> float:
+    def _planned(self, term: str, samples: deque[tuple[float, float]], now: float) -> float:
+        """The percentile of ``samples`` within the horizon at ``now``, recomputed only when
+        an observation came or aged out since it was last asked."""
         while samples and samples[0][0] < now - self.horizon_s:
             samples.popleft()
-        return percentile([delay for _, delay in samples], QUANTILE) if samples else 0.0
+            self._planned_s.pop(term, None)
+        planned = self._planned_s.get(term)
+        if planned is None:
+            planned = percentile([delay for _, delay in samples], QUANTILE) if samples else 0.0
+            self._planned_s[term] = planned
+        return planned
 
     def stats(self, now: float) -> PathDelaysStats:
         """A frozen snapshot at ``now`` (see `PathDelaysStats`)."""
@@ -134,3 +147,7 @@ class PathDelays:
         assert len(self._awaiting) <= self.max_awaiting
         assert all(delay >= 0 for _, delay in (*self._ingress, *self._egress))
         assert 0 <= self._unmatched <= self._reports
+        for term, samples in (("ingress", self._ingress), ("egress", self._egress)):
+            if term in self._planned_s:  # a cached delay is the one its samples give
+                assert self._planned_s[term] == (percentile(
+                    [delay for _, delay in samples], QUANTILE) if samples else 0.0)

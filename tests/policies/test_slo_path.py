@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies.percentile import percentile
 from policies.slo.path import PathDelays
 
 
@@ -67,3 +68,28 @@ def test_memory_stays_bounded_and_delays_non_negative(events):
             path.client_first_token(f"r{request}", at)
         path.check_invariants()
         assert path.ingress_s(at) >= 0 and path.egress_s(at) >= 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ingress", "egress", "ask"]),
+                          st.floats(0.0, 3.0), st.floats(0.0, 0.5)), max_size=60))
+def test_the_cached_percentile_is_the_one_its_current_samples_give(events):
+    """Asked again and again, each term answers what a percentile over its samples within the
+    horizon gives now: the cache follows new observations and ones that age out."""
+    path = PathDelays(window=8, horizon_s=2.0)
+    seen: dict[str, list[tuple[float, float]]] = {"ingress": [], "egress": []}
+    now, served = 0.0, 0
+    for kind, dt, delay in events:
+        now += dt
+        if kind == "ingress":
+            path.observe_ingress(now - delay, now)
+        elif kind == "egress":
+            served += 1
+            path.engine_first_token(f"r{served}", now - delay)
+            path.client_first_token(f"r{served}", now)
+        if kind != "ask":
+            seen[kind].append((now, now - (now - delay)))  # as measured from the two times
+        for term, planned in (("ingress", path.ingress_s(now)), ("egress", path.egress_s(now))):
+            recent = [d for t, d in seen[term][-8:] if t >= now - 2.0]
+            assert planned == (percentile(recent, 90) if recent else 0.0)
+        path.check_invariants()
