@@ -86,9 +86,8 @@ class PromptVersioning(CancellationRetention):
             entry = self._entries[key]
             entry.uses = 0
             self.forget_history(key)
-            if entry.segment in (Segment.PROBATION, Segment.PROTECTED):
-                del self._segments[entry.segment][key]
-                self._put(key, entry, Segment.PROBATION, front=True)
+            if entry.segment in (PROBATION, PROTECTED):
+                self.move(key, PROBATION, front=True)
         self._counts["demoted_stale"] += len(chain)
         return len(chain)
 
@@ -172,7 +171,7 @@ class WaitingQueueAwareness(PromptVersioning):
         """Assert the lower layers' invariants and that WANTED holds exactly the evictable
         keys a waiting request may hit."""
         super().check_invariants()
-        for key in self._segments[Segment.WANTED]:
+        for key in self.keys_in(WANTED):
             assert self._wanted.get(key, 0) > 0, key
         for key, count in self._wanted.items():
             assert count > 0, (key, count)

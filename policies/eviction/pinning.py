@@ -291,9 +291,8 @@ class DuelingSLRU(SetDueling):
         still in its place, orphaned, or wanted by a waiting request."""
         del self._pinned_until[key]
         self._book.drop(key)
-        if self.segment_of(key) is Segment.PINNED:
-            del self._segments[Segment.PINNED][key]
-            self._put(key, self._entries[key], PROBATION, front=True)
+        if self.segment_of(key) is PINNED:
+            self.move(key, PROBATION, front=True)
 
 
     def _observed(self, key: Hashable, parent: Hashable | None, release: bool, decay: float,
@@ -354,6 +353,6 @@ class DuelingSLRU(SetDueling):
         super().check_invariants()
         if self._pinned_lru is not None:
             self._pinned_lru.check_invariants()
-        for key in self._segments[Segment.PINNED]:
+        for key in self.keys_in(PINNED):
             assert key in self._pinned_until, key
         self._book.check_invariants(self._pinned_until)

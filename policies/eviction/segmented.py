@@ -133,5 +133,5 @@ class FrequencyLRU(LRU):
     def check_invariants(self) -> None:
         """Assert the base invariants and that orphans have no parent left."""
         super().check_invariants()
-        for key in self._segments[Segment.ORPHAN]:
+        for key in self.keys_in(Segment.ORPHAN):
             assert self._entries[key].parent is None, key
