@@ -4,10 +4,16 @@ A feature (an eviction order, cache warming, a draft budget, a start gate, a ste
 log, ...) is one hook object. The scheduler calls every hook at fixed points of a
 request's life and of each step; a hook overrides only the points it needs, and
 the scheduler calls a point only on the hooks that override it (a dispatch table
-built once), so an unused point costs nothing per step. Pipeline slots and config
-keys name their hooks by import path in `integrations.vllm_v1.scheduling.features`;
-further hooks can be named in the configuration (``llm_serving_policies.hooks``:
+built once), so an unused point costs nothing per step. A `Pipeline` slot names its hook in
+its own field metadata (`integrations.vllm_v1.pipeline.HOOK`), a config key in the
+composition root (`integrations.vllm_v1.composition`), both by import path; further hooks
+can be named in the configuration (``llm_serving_policies.hooks``:
 ``package.module:factory``, each called with the scheduler).
+
+A feature reports its own metrics: its module declares its series
+(`integrations.vllm_v1.metrics.Series`) and its hook's `SchedulerHook.refresh_metrics` sets
+them from its policy's ``stats()`` through `PolicyMetrics`'s generic verbs, so the central
+metrics module knows no feature.
 
 This module sits below every feature package and the scheduler (it imports neither),
 so a feature package depends on this interface, never on `scheduling`.
@@ -123,7 +129,8 @@ class SchedulerHook:
         return False
 
     def refresh_metrics(self, metrics: PolicyMetrics) -> None:
-        """Set this feature's gauges (called when the scheduler refreshes its metrics)."""
+        """Set this feature's series from its policy's ``stats()`` (``metrics.set``, ``show``,
+        ``count_to``; called when the scheduler refreshes its gauges)."""
 
     def shutdown(self, now: float) -> None:
         """The engine is shutting down."""
