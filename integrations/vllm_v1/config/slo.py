@@ -334,27 +334,42 @@ def _prior(value: object) -> StepTimeModel:
         raise _error("step_model_prior", f"is not a StepTimeModel ({error})") from None
 
 
-def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
-    """EDF on first-token deadlines, SLO-feasibility admission with demotions, and a per-step
-    prefill bound, predicting with a step-time model learned online from the engine.
+@attrs.frozen(kw_only=True)
+class SLOSlots:
+    """The ``slo`` preset's slot values, built together by `slo_slots`: the objects two slots
+    share are one object, and checked to be.
 
-    - ranking: `TTFTDeadlineRanker`: prefill earliest first-token deadline first;
-    - rate: `StepPrefillBudget`, bounded by `SLOAdmission.step_prefill_tokens` while
-      anything decodes (as many prefill tokens as keep the step within the tightest TPOT of
-      the classes decoding, on the learned model, at least ``min_prefill_tokens_per_step``),
-      and `PrefillLedger` (every admitted request's remaining prefill, less its own
-      prefix-cache hit looked up on arrival);
-    - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
-      TPOT check against the tightest class decoding;
-    - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
-    - preemption: `SlotPreemption`, where declared: with every slot taken, a request at risk
-      of missing its first-token target takes a less important request's slot;
-    - watermarks: the KV red band only, with no per-request block quota. Admission weighs
-      the KV cache itself (`SLOAdmission.kv_ready_s`), but the band reacts to usage at once
-      and still pays: on ``azure-conv`` x4 without it, goodput fell from 16.62 to 14.81
-      req/s and admitted attainment from 99.1 % to 98.2 %. A fixed block quota does not
-      scale with the cache and stalls the long prompts admission counted on.
+    Guarantees (checked on construction; a `PipelineConfigError` names the slot): the
+    admission's `PrefillLedger` sits in the ``rate`` slot, so it hears every prefill chunk;
+    the ``step_model`` slot holds the admission's step model, so the steps it is fed are the
+    ones admission predicts with; the ranker shares the admission's `ClassFairShare`.
     """
+
+    ranking: TTFTDeadlineRanker
+    rate: TokenCaps
+    admission: SLOAdmission
+    step_model: OnlineStepTimeModel
+    preemption: SlotPreemption | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not any(policy is self.admission.ledger for policy in self.rate.policies):
+            raise PipelineConfigError("rate must hold the admission's PrefillLedger "
+                                      "(SLOAdmission.ledger, the same object)")
+        if self.step_model is not self.admission.step_model:
+            raise PipelineConfigError("step_model must be the admission's step model "
+                                      "(SLOAdmission.step_model, the same object)")
+        if self.ranking.fairness is not self.admission.fairness:
+            raise PipelineConfigError("ranking.fairness must be the admission's "
+                                      "ClassFairShare (SLOAdmission.fairness, the same object)")
+
+    def pipeline_slots(self) -> dict[str, Any]:
+        """Slot name -> value, for `Pipeline`."""
+        return attrs.asdict(self, recurse=False)
+
+
+def slo_slots(spec: SLOSpec | None = None) -> SLOSlots:
+    """The ``ranking``, ``rate``, ``admission``, ``step_model`` and ``preemption`` slots of
+    `slo_pipeline`, owning the ledger and the step model they share."""
     spec = spec or SLOSpec()
     classes = dict(spec.classes)
     lengths = tuple((2**31 if bound is None else bound, cls)
@@ -381,10 +396,34 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
         slos=classes, length_classes=lengths, tenant_classes=dict(spec.tenants),
         protected_classes=spec.protected, risk_share=spec.preemption_risk_share,
         max_preemptions_per_request=spec.max_preemptions_per_request, grants=grants)
-    return Pipeline(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
+    return SLOSlots(ranking=TTFTDeadlineRanker(slos=classes, length_classes=lengths,
                                                tenant_classes=dict(spec.tenants),
                                                grants=grants, fairness=fairness),
-                    preemption=preemption,
-                    rate=TokenCaps(policies=(budget, ledger)), admission=admission,
-                    step_model=model, watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1,
-                                                       base_quota_blocks=None))
+                    preemption=preemption, rate=TokenCaps(policies=(budget, ledger)),
+                    admission=admission, step_model=model)
+
+
+def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
+    """EDF on first-token deadlines, SLO-feasibility admission with demotions, and a per-step
+    prefill bound, predicting with a step-time model learned online from the engine.
+
+    - ranking: `TTFTDeadlineRanker`: prefill earliest first-token deadline first;
+    - rate: `StepPrefillBudget`, bounded by `SLOAdmission.step_prefill_tokens` while
+      anything decodes (as many prefill tokens as keep the step within the tightest TPOT of
+      the classes decoding, on the learned model, at least ``min_prefill_tokens_per_step``),
+      and `PrefillLedger` (every admitted request's remaining prefill, less its own
+      prefix-cache hit looked up on arrival);
+    - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
+      TPOT check against the tightest class decoding;
+    - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
+    - preemption: `SlotPreemption`, where declared: with every slot taken, a request at risk
+      of missing its first-token target takes a less important request's slot;
+    - watermarks: the KV red band only, with no per-request block quota. Admission weighs
+      the KV cache itself (`SLOAdmission.kv_ready_s`), but the band reacts to usage at once
+      and still pays: on ``azure-conv`` x4 without it, goodput fell from 16.62 to 14.81
+      req/s and admitted attainment from 99.1 % to 98.2 %. A fixed block quota does not
+      scale with the cache and stalls the long prompts admission counted on.
+    """
+    return Pipeline(**slo_slots(spec).pipeline_slots(),
+                    watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1,
+                                            base_quota_blocks=None))

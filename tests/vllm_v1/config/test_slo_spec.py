@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
-from integrations.vllm_v1.config.slo import DEFAULT_CLASSES, SLOSpec
+from integrations.vllm_v1.config.slo import DEFAULT_CLASSES, SLOSlots, SLOSpec, slo_slots
 from integrations.vllm_v1.config.spec import pipeline_from_additional_config
-from policies import OnlineStepTimeModel, RequestView, SLOAdmission, StepTimeModel
+from policies import (
+    ClassFairShare,
+    OnlineStepTimeModel,
+    PrefillLedger,
+    RequestView,
+    SLOAdmission,
+    StepTimeModel,
+    TokenCaps,
+)
 
 
 def pipeline(slo=None, name="slo"):
@@ -122,3 +131,27 @@ def test_anonymous_short_prompts_get_no_protected_class_by_length():
     assert slo.ranking.rank_key(anonymous) == 2.0
     assert slo.admission.target_class(granted) == "chat"
     assert slo.ranking.rank_key(granted) == 0.5
+
+
+def test_the_slots_share_the_ledger_step_model_and_fairness_by_construction():
+    slots = slo_slots(SLOSpec.parse({"fairness": True}))
+    assert any(policy is slots.admission.ledger for policy in slots.rate.policies)
+    assert slots.step_model is slots.admission.step_model
+    assert slots.ranking.fairness is slots.admission.fairness is not None
+    built = pipeline({"fairness": True})
+    assert built.step_model is built.admission.step_model
+    assert any(policy is built.admission.ledger for policy in built.rate.policies)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda s: {"rate": TokenCaps(policies=(PrefillLedger(),))},
+     "rate must hold the admission's PrefillLedger"),
+    (lambda s: {"step_model": OnlineStepTimeModel()},
+     "step_model must be the admission's step model"),
+    (lambda s: {"ranking": attrs.evolve(s.ranking, fairness=ClassFairShare())},
+     "ranking.fairness must be the admission's ClassFairShare"),
+])
+def test_slots_that_do_not_share_are_an_error_naming_the_slot(change, message):
+    slots = slo_slots()
+    with pytest.raises(PipelineConfigError, match=message):
+        SLOSlots(**{**slots.pipeline_slots(), **change(slots)})
