@@ -7,9 +7,10 @@ finished request's first token (or stream) is reported on time or late against i
 and the limit moves by AIMD, as TCP's congestion window does:
 
 - **late**: the limit falls to ``backoff`` times the requests in flight then (or the limit, if
-  lower): multiplicative decrease. One decrease per round: a late report of a request that
-  entered before the last decrease does not count again, since that decrease already answered
-  the load the request met;
+  lower): multiplicative decrease. One decrease per round, as TCP decreases once per round
+  trip: a late report counts only once a request's mean time in flight has passed since the
+  last decrease and if it entered after it, since until then lateness still shows the load
+  the last decrease answered;
 - **on time** while the limit binds (at least half of it in flight): the limit grows by
   ``1 / limit``, about one per limit's worth of on-time reports: additive increase.
 
@@ -121,7 +122,8 @@ class ConcurrencyLimit:
         """A request that entered at ``entered_s`` was on time or ``late`` (at ``now``)."""
         if late:
             self._late += 1
-            if entered_s >= self._decreased_s:
+            if entered_s >= self._decreased_s and now >= self._decreased_s + (
+                    self._hold_s or 0.0):
                 load = min(self._limit, max(self._in_flight, self.min_limit))
                 self._limit = max(float(self.min_limit), load * self.backoff)
                 self._decreased_s = now

@@ -4,7 +4,8 @@ Each system is vLLM's own OpenAI server (``python -m vllm.entrypoints.openai.api
 on 127.0.0.1 with the same dummy-weight model and engine flags (`LiveScale.vllm_args`: KV
 size, ``max_num_seqs``, tokens per step); only the policy flags differ:
 
-- ``slo``: the ``slo`` preset with the README's declaration (`summary.DECLARATION`);
+- ``slo``: the ``slo`` preset (`summary.DECLARATION`), named in ``--additional-config`` as the
+  README does, so the API server's door serves it too;
 - ``fcfs``, ``priority``: stock ``--scheduling-policy``;
 - ``stock+queue-caps:priority:reqs=N``: stock ``priority`` with vLLM's own frontend
   admission, ``N`` from the measured capacity times a queueing time (`QUEUE_WAIT_S`).
@@ -22,6 +23,7 @@ import random
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -38,15 +40,16 @@ from benchmarks.e2e_business_cases.live_client import HttpReply, LiveRequest, pl
 from benchmarks.live_slo.summary import (
     DECLARATION,
     SLO_SYSTEM,
-    SPEC,
     evaluate_goals,
     run_metrics,
 )
 from benchmarks.live_slo.workload import Scenario, build_requests, poisson_arrivals
 from benchmarks.replay.systems import QUEUE_CAPS
-from integrations.vllm_v1.config.slo import slo_pipeline
+from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.config.spec import CONFIG_KEY
 from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 from integrations.vllm_v1.serving.server import LocalServer, serve
+from integrations.vllm_v1.serving.tenants import SLO_PRESET
 
 STOCK = ("fcfs", "priority")
 QUEUE_WAIT_S = (0.5, 1.0, 2.0)
@@ -71,7 +74,9 @@ def queue_cap_systems(capacity_rps: float, waits_s: Sequence[float] = QUEUE_WAIT
 def start_system(system: str, scale: LiveScale, *, model: str, log_path: Path) -> LocalServer:
     """The OpenAI server of one system (see the module docs)."""
     if system == SLO_SYSTEM:
-        return serve(slo_pipeline(SPEC), model, port=free_port(), vllm_args=scale.vllm_args(),
+        entry = {CONFIG_KEY: {"pipeline": SLO_PRESET, "slo": DECLARATION}}  # as the README
+        return serve(Pipeline(), model, port=free_port(), vllm_args=(
+            *scale.vllm_args(), "--additional-config", json.dumps(entry)),
                      log_path=str(log_path))
     return start_server(system, scale, model=model, log_path=log_path)
 
@@ -159,6 +164,16 @@ def write_requests(path: Path, records: Sequence, replies: Sequence[HttpReply],
                 "reason": record.reason, "body": reply.body}) + "\n")
 
 
+def policy_metrics(server: LocalServer) -> str:
+    """The server's ``policies:*`` series now (what the policies decided; empty for stock)."""
+    try:
+        with urllib.request.urlopen(server.url + "/metrics", timeout=30) as response:
+            text = response.read().decode()
+    except OSError as error:
+        return f"# /metrics unreadable: {error}\n"
+    return "".join(line + "\n" for line in text.splitlines() if line.startswith("policies:"))
+
+
 def measure_capacity(settings: Settings, *, model: str, out: Path,
                      progress: Callable[[str], None]) -> dict:
     """Raise the open-loop rate on a stock ``fcfs`` server until goodput stops rising."""
@@ -229,9 +244,9 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
             with Contention() if scenario.contention else contextlib.nullcontext():
                 records, replies = play_run(server, served, system, requests,
                                             drain_s=settings.drain_s)
-            write_requests(out / "runs" / scenario.name / f"seed{seed}"
-                           / system.replace(":", "_") / "requests.jsonl",
-                           records, replies, requests)
+            run_dir = out / "runs" / scenario.name / f"seed{seed}" / system.replace(":", "_")
+            write_requests(run_dir / "requests.jsonl", records, replies, requests)
+            (run_dir / "policies_metrics.txt").write_text(policy_metrics(server))
             metrics = run_metrics(records, replies, window_s=scenario.window_s(arrivals))
             runs.setdefault(scenario.name, {}).setdefault(str(seed), {})[system] = metrics
             progress(f"seed {seed} {scenario.name} {system}: "

@@ -25,14 +25,17 @@ def test_nothing_is_refused_until_a_report_is_late():
 
 def test_a_late_report_cuts_to_the_load_in_flight_once_per_round():
     limit = ConcurrencyLimit(backoff=0.5)
-    fill(limit, 20)
+    fill(limit, 21)
+    limit.release(1.0)  # a request stays in flight 1 s: a round
     limit.report(late=True, entered_s=1.0, now=2.0)
     assert limit.limit == 10  # 20 in flight x 0.5
-    limit.report(late=True, entered_s=1.5, now=2.5)  # entered before the cut: same round
+    limit.report(late=True, entered_s=1.5, now=3.5)  # entered before the cut: same round
     assert limit.limit == 10
-    limit.report(late=True, entered_s=2.0, now=3.0)  # entered after it: the next round
+    limit.report(late=True, entered_s=2.5, now=2.9)  # under a round after the cut
+    assert limit.limit == 10
+    limit.report(late=True, entered_s=2.5, now=3.0)  # entered after it, a round later
     assert limit.limit == 5
-    assert limit.stats().late == 3 and limit.stats().decreases == 2
+    assert limit.stats().late == 4 and limit.stats().decreases == 2
     assert not limit.acquire().admitted  # 20 in flight >= 5
 
 

@@ -18,8 +18,11 @@ body's ``slo_class`` when declared, else its tenant's class, else the tightest d
   reason ``concurrency_limit``, ``Retry-After`` when a place frees up on average. A stream's
   first token is reported late when it left after `LATE_SHARE` of its class's TTFT target,
   and its end late when its time per output token was over that share of the TPOT target;
-  the limit falls on lateness and grows back while on time (AIMD). Non-streaming responses
-  report nothing; they hold a place while in flight.
+  a request the engine refused as unable to meet its class's targets (``slo_ttft``,
+  ``slo_tpot``) counts as late too: the door learns to turn away cheaply what the engine
+  would refuse after the API server's whole path. The limit falls on lateness and grows back
+  while on time (AIMD). Non-streaming responses report nothing else; they hold a place while
+  in flight.
 
 Both answers come without reaching vLLM and carry ``x-slo-class``.
 
@@ -29,7 +32,7 @@ predicted wait of the latest request), ``policies:frontend_stage_requests`` (req
 stage), ``policies:frontend_service_rate`` (the learned completions per busy second; 0 until
 measured), ``policies:frontend_limit_rejections_total{slo_class}``,
 ``policies:frontend_concurrency_limit`` (the learned limit), ``policies:frontend_in_flight``
-and ``policies:frontend_late_reports_total{what}`` (``ttft`` or ``tpot``).
+and ``policies:frontend_late_reports_total{what}`` (``ttft``, ``tpot`` or ``refused``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import attrs
 from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.rejection import Rejection
 from integrations.vllm_v1.serving.asgi import Send, send_error
-from integrations.vllm_v1.serving.http_status import with_judged_headers
+from integrations.vllm_v1.serving.http_status import SLO_REASONS, with_judged_headers
 from integrations.vllm_v1.serving.http_validation import Forward
 from integrations.vllm_v1.serving.rejection_channel import Judged
 from integrations.vllm_v1.serving.routes import EngineRoute
@@ -117,7 +120,8 @@ class FrontendStage:
             self.metrics.in_flight.set(self.limit.in_flight)
 
     def report(self, what: str, *, late: bool, entered_s: float) -> None:
-        """A request's first token (``what="ttft"``) or stream (``"tpot"``) was late or not."""
+        """A request's first token (``what="ttft"``) or stream (``"tpot"``) was late or not, or
+        the engine refused it for its class's targets (``"refused"``, late)."""
         self.limit.report(late=late, entered_s=entered_s, now=self.clock())
         if late and self.metrics is not None:
             self.metrics.late.labels(what=what).inc()
@@ -168,6 +172,10 @@ class Visit:
             tpot = (last_s - first_s) / (chunks - 1)
             stage.report("tpot", late=tpot > LATE_SHARE * stage.tpot_s[self.slo_class],
                          entered_s=self.entered_s)
+
+    def refused(self, rejection: Rejection) -> None:
+        if self.slo_class is not None and rejection.reason in SLO_REASONS:
+            self.stage.report("refused", late=True, entered_s=self.entered_s)
 
     async def admit(self, forward: Forward, route: EngineRoute, send: Send) -> Forward | None:
         """The checked request to pass on, or None when the door answered it with 503."""
@@ -252,6 +260,6 @@ def _metrics() -> _FrontendMetrics:
                     "flight at once, learned from their lateness"),
         in_flight=gauge("policies:frontend_in_flight", "Requests admitted at the door whose "
                         "response has not ended"),
-        late=Counter("policies:frontend_late_reports", "Streams whose first token (ttft) or "
-                     "time per output token (tpot) came late for the concurrency limit",
-                     ["what"]))
+        late=Counter("policies:frontend_late_reports", "Requests late for the concurrency limit: "
+                     "a stream's first token (ttft) or time per output token (tpot), or an "
+                     "engine refusal for the class's targets (refused)", ["what"]))

@@ -480,6 +480,34 @@ def test_a_late_stream_lowers_the_concurrency_limit_and_the_door_refuses_past_it
     assert gauge("policies:frontend_in_flight") == 0
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_engine_refusal_for_the_targets_counts_as_late_at_the_door(stream):
+    app, state = stand_in({"pipeline": "slo", "slo": {"classes": CLASSES}})
+    refused_before = gauge("policies:frontend_late_reports_total", what="refused")
+
+    async def scenario(client):
+        state.held = asyncio.Event()
+        full = await post(client, {"slo_class": "slow", "reject": "queue_full"}, stream)
+        limit = policy_middleware(app)._setup.frontend.limit
+        held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
+                for _ in range(3)]
+        for _ in range(5000):  # bounded: until all three are in flight
+            if limit.in_flight == 3:
+                break
+            await asyncio.sleep(0.001)
+        unlimited = limit.limit
+        late = await post(client, {"slo_class": "slow", "reject": "slo_ttft:slow"}, stream)
+        state.held.set()
+        await asyncio.gather(*held)
+        return full, unlimited, late, limit.limit
+
+    full, unlimited, late, lowered = run(app, scenario)
+    assert full.status_code == late.status_code == 503
+    assert unlimited == 4096  # a full queue says nothing of the targets
+    assert lowered == 3  # four in flight when the engine refused it for its TTFT: 4 x 0.9
+    assert gauge("policies:frontend_late_reports_total", what="refused") - refused_before == 1
+
+
 def test_without_the_slo_preset_there_is_no_gate():
     app, _ = stand_in({})
     run(app, lambda client: post(client, {}))
