@@ -24,8 +24,11 @@ from policies.slo.classes import resolve_class
 
 DECLARATION = {
     "classes": {"chat": {"ttft_s": 0.5, "tpot_s": 0.05}, "rag": {"ttft_s": 2, "tpot_s": 0.05}},
-    "by_prompt_tokens": [[4095, "chat"], [None, "rag"]], "protected": ["chat"]}
-"""The ``llm_serving_policies.slo`` entry the README declares (the ``slo`` system serves it)."""
+    "by_prompt_tokens": [[4095, "chat"], [None, "rag"]], "protected": ["chat"],
+    "tenants": {"acme": "chat", "globex": "chat"}}
+"""The ``llm_serving_policies.slo`` entry the ``slo`` system serves: the README's form, two
+teams whose class is ``chat`` (so they may claim the protected class; a request naming none is
+judged ``chat``)."""
 SPEC = SLOSpec.parse(DECLARATION)
 ATTAINMENT_MIN = 0.95
 GOODPUT_LEVEL_1X = 0.97

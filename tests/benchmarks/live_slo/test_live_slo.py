@@ -77,9 +77,9 @@ def test_requests_mix_classes_and_tenants_and_share_each_tenants_prefix():
 
 
 def _record(i, *, cls="chat", prompt=100, ttft=None, tpot=0.01, tokens=4, outcome="completed",
-            rejected_after=None):
+            rejected_after=None, tenant="acme"):
     record = RequestRecord(request_id=f"r{i}", arrival_s=1.0, prompt_tokens=prompt,
-                           output_tokens=tokens, tenant="acme", priority=0, slo_class=cls)
+                           output_tokens=tokens, tenant=tenant, priority=0, slo_class=cls)
     if rejected_after is not None:
         record.finish("rejected", 1.0 + rejected_after, "rejected:slo_infeasible")
         return record
@@ -101,17 +101,19 @@ def test_a_run_is_judged_per_class_on_the_client():
         _record(1, ttft=0.6),                       # chat, TTFT missed
         _record(2, ttft=0.1, tpot=0.06),            # chat, TPOT missed
         _record(3, cls="rag", prompt=1200, ttft=1.9),  # rag, met
-        _record(4, cls=None, prompt=300, ttft=0.7),  # no class: rag (acme may not claim chat)
+        _record(4, cls=None, prompt=300, ttft=0.7, tenant="initech"),  # no class: rag
         _record(5, ttft=None, outcome="cancelled"),  # admitted, no token
         _record(6, rejected_after=0.05),            # chat, rejected in time
         _record(7, cls="rag", rejected_after=2.5),  # rag, rejected too late
     ]
-    assert judged_class(records[4]) == "rag", "as the server classes it: chat is protected"
+    # as the server classes it: an undeclared tenant may not claim the protected chat
+    assert judged_class(records[4]) == "rag"
+    assert judged_class(_record(9, cls=None, prompt=300)) == "chat"  # acme's own class
     named = RequestRecord(request_id="n", arrival_s=1.0, prompt_tokens=300, output_tokens=4,
-                          tenant="acme", priority=0, slo_class=None)
-    granted = attrs.evolve(SPEC, allowed={"acme": frozenset({"chat", "rag"})})
+                          tenant="initech", priority=0, slo_class=None)
+    granted = attrs.evolve(SPEC, allowed={"initech": frozenset({"chat", "rag"})})
     assert judged_class(named, granted) == "chat"
-    long_plain = _record(8, cls=None, prompt=5000, ttft=1.0)
+    long_plain = _record(8, cls=None, prompt=5000, ttft=1.0, tenant="initech")
     assert judged_class(long_plain) == "rag"
     metrics = run_metrics(records, [_reply(r) for r in records], window_s=2.0)
     assert (metrics["offered"], metrics["admitted"], metrics["rejected"], metrics["met"]) == (
@@ -197,7 +199,7 @@ def test_a_finished_run_is_judged_again_from_its_requests(tmp_path):
     from benchmarks.live_slo.run import write_requests
 
     scenario = Scenario(name="1x", load=1.0, duration_s=2.0)
-    records = [_record(0, ttft=0.4), _record(4, cls=None, prompt=300, ttft=0.7),
+    records = [_record(0, ttft=0.4), _record(4, cls=None, prompt=300, ttft=0.7, tenant="initech"),
                _record(6, rejected_after=0.05)]
     replies = [_reply(r) for r in records]
     lives = [SimpleNamespace(max_tokens=4) for _ in records]
