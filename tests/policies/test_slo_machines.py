@@ -149,7 +149,6 @@ class SLOAdmissionMachine(RuleBasedStateMachine):
         self.admission.check_invariants()
         self.steps.check_invariants()
         stats = self.admission.stats()
-        assert MIN_RETRY_S <= MAX_RETRY_S
         assert 0.25 <= stats.headroom <= 1.0 and 0.25 <= stats.tpot_headroom <= 1.0
         assert self.ledger.stats().requests_with_prefill <= len(self.prefilling)
 
