@@ -113,6 +113,13 @@ class ReplicaReport:
     """The replica's learned step model (`OnlineStepTimeModel.model`); None: it learns none."""
     recent_step_s: float | None = None
     """The replica's recent step time (`OnlineStepTimeModel.recent_step_s`)."""
+    ttft_headroom: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(finite_positive))
+    """Share of a TTFT target the replica's own admission lets a prediction use now
+    (`SLOAdmissionStats.headroom`); None: it reports none."""
+    tpot_headroom: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(finite_positive))
+    """The same for TPOT targets (`SLOAdmissionStats.tpot_headroom`)."""
     accepting: bool = True
     """False while draining or unhealthy: nothing is routed there."""
 
@@ -244,10 +251,15 @@ class _ClusterRouter:
             return None
         return self._sessions.get(request.session_id)
 
-    def _record(self, request: ClusterRequest, decision: ClusterDecision) -> ClusterDecision:
+    def _record(self, request: ClusterRequest, decision: ClusterDecision, *,
+                remember: bool = True) -> ClusterDecision:
+        """Count ``decision``; with ``remember``, the replica now holds the prompt and the
+        session."""
         self._causes[decision.cause] += 1
         if decision.replica is not None:
             self._by_replica[decision.replica] += 1
+            if not remember:
+                return decision
             if request.block_keys:
                 self._index.insert((decision.replica,), request.block_keys)
             if request.session_id is not None:
@@ -402,7 +414,11 @@ class SLORouter(_ClusterRouter):
           cached prefix of the prompt), then the order of `replicas`.
         * Every rejection carries ``retry_after_s`` in ``[min_retry_after_s,
           max_retry_after_s]``: the least predicted lateness over the accepting replicas.
-        * `retry` places a request at most once, on another replica, under the same test.
+        * `retry` places a request at most once, on another replica, under the same test;
+          the session stays pinned where it was.
+        * A replica that reports its own admission's headrooms (``ttft_headroom``,
+          ``tpot_headroom``) is judged with them instead of ``headroom`` and 1, so that what
+          the router sends there passes the replica's own test as far as the prediction goes.
 
     The prediction: the replica's queued prefill tokens plus this prompt's uncached ones
     (in context-free tokens, `StepTimeModel.prefill_token_equivalents`), at the prefill rate
@@ -412,7 +428,8 @@ class SLORouter(_ClusterRouter):
     """
 
     headroom: float = attrs.field(default=0.9, validator=fraction)
-    """Share of the TTFT target a prediction may use (the rest absorbs prediction error)."""
+    """Share of the TTFT target a prediction may use (the rest absorbs prediction error), for
+    replicas that report no headroom of their own."""
     fallback_model: StepTimeModel = CONSERVATIVE_PRIOR
     min_retry_after_s: float = attrs.field(default=0.5, validator=finite_positive)
     max_retry_after_s: float = attrs.field(default=30.0, validator=finite_positive)
@@ -474,7 +491,9 @@ class SLORouter(_ClusterRouter):
                 request_id=request.request_id, replica=None, cause=RouteCause.NO_REPLICA))
         decision = self._place(request, others, now, retry=True)
         self._retries_placed += decision.accepted
-        return self._record(request, decision)
+        # The session's context stays where its earlier calls ran, and a replica that refused
+        # once may refuse again: a retry moves neither the session nor the expected cache.
+        return self._record(request, decision, remember=False)
 
     def forget(self, request_id: str) -> None:
         """``request_id`` is finished: it no longer counts against its single retry."""
@@ -495,8 +514,8 @@ class SLORouter(_ClusterRouter):
             feasible = self._feasible(request, candidates, predicted, request.demote_ttft_s)
             demoted = bool(feasible)
         if not feasible:
-            target = request.ttft_s * self.headroom
-            late = min(predicted.values()) - target
+            late = min(predicted[r.name] - self._ttft_share(r) * request.ttft_s
+                       for r in candidates)
             retry_after = min(max(late, self.min_retry_after_s), self.max_retry_after_s)
             return ClusterDecision(request_id=request.request_id, replica=None,
                                    cause=RouteCause.NO_FEASIBLE, retry_after_s=retry_after,
@@ -519,11 +538,14 @@ class SLORouter(_ClusterRouter):
                                cached_tokens=cached.get(name, 0),
                                predicted_ttft_s=predicted[name])
 
+    def _ttft_share(self, report: ReplicaReport) -> float:
+        return self.headroom if report.ttft_headroom is None else report.ttft_headroom
+
     def _feasible(self, request: ClusterRequest, candidates: list[ReplicaReport],
                   predicted: Mapping[str, float], ttft_s: float) -> list[ReplicaReport]:
-        bound = self.headroom * ttft_s
-        return [r for r in candidates if predicted[r.name] <= bound and (
-            request.tpot_s is None or self.predict_tpot_s(request, r) <= request.tpot_s)]
+        return [r for r in candidates if predicted[r.name] <= self._ttft_share(r) * ttft_s and (
+            request.tpot_s is None
+            or self.predict_tpot_s(request, r) <= (r.tpot_headroom or 1.0) * request.tpot_s)]
 
     def check_invariants(self) -> None:
         """The base invariants; retried requests are no more than retries."""

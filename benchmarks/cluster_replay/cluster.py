@@ -33,7 +33,7 @@ from benchmarks.replay.records import RequestRecord, SystemRun
 from benchmarks.replay.systems import build_system
 from benchmarks.replay.trace import Trace, TraceRequest
 from integrations.vllm_v1.instruments.harness import EngineShape
-from policies import OnlineStepTimeModel
+from policies import OnlineStepTimeModel, SLOAdmission
 from policies.cluster_routing import ClusterDecision, ClusterRequest, ReplicaReport
 from policies.pd_router import chain_keys
 
@@ -61,8 +61,9 @@ class _Replica:
         return self.replay.harness.clock.now()
 
     def report(self) -> ReplicaReport:
-        """Queued prefill, running decodes and KV as the scheduler holds them, and the learned
-        step model where the replica's pipeline has one."""
+        """Queued prefill, running decodes and KV as the scheduler holds them, the learned step
+        model and the SLO admission's headrooms in force where the replica's pipeline has
+        them."""
         scheduler = self.replay.harness.scheduler
         queued = prefilling = prefilling_prompt = 0
         for r in scheduler.requests.values():
@@ -72,8 +73,11 @@ class _Replica:
                 prefilling += 1
                 prefilling_prompt += r.num_prompt_tokens
         running, waiting = scheduler.get_request_counts()
-        learned = getattr(getattr(scheduler, "pipeline", None), "step_model", None)
+        pipeline = getattr(scheduler, "pipeline", None)
+        learned = getattr(pipeline, "step_model", None)
         online = learned if isinstance(learned, OnlineStepTimeModel) else None
+        admission = getattr(pipeline, "admission", None)
+        view = admission.stats() if isinstance(admission, SLOAdmission) else None
         return ReplicaReport(
             name=self.name, queued_prefill_tokens=queued, running_requests=running,
             waiting_requests=waiting,
@@ -83,7 +87,9 @@ class _Replica:
             kv_capacity_tokens=self.replay.harness.kv_capacity_tokens,
             token_budget=scheduler.max_num_scheduled_tokens,
             step_model=online.model if online is not None else None,
-            recent_step_s=online.recent_step_s if online is not None else None)
+            recent_step_s=online.recent_step_s if online is not None else None,
+            ttft_headroom=view.headroom if view is not None else None,
+            tpot_headroom=view.tpot_headroom if view is not None else None)
 
 
 def cluster_request(request: TraceRequest, slos: Mapping[str, SLO] = DEFAULT_SLOS

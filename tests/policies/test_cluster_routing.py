@@ -172,6 +172,34 @@ def test_slo_router_retries_once_elsewhere() -> None:
     assert peer.retry(request("q"), reports(), 0.0, rejected_by="r0").cause is RouteCause.NO_RETRY
 
 
+def test_a_retry_keeps_the_session_where_its_context_is() -> None:
+    router = SLORouter(replicas=NAMES, block_size_tokens=BLOCK)
+    blocks = tuple(range(32))
+    home = router.route(request("t0", session="s", blocks=blocks), reports(), 0.0).replica
+    moved = router.retry(request("t0", session="s", blocks=blocks), reports(), 0.0,
+                         rejected_by=home)
+    assert moved.replica != home
+    follow = router.route(request("t1", session="s", blocks=blocks, arrival_s=1.0), reports(),
+                          1.0)
+    assert follow.replica == home and follow.cause is RouteCause.SESSION
+    assert follow.cached_tokens == 32 * BLOCK
+
+
+def test_a_replica_is_judged_by_the_headrooms_its_admission_reports() -> None:
+    router = SLORouter(replicas=("a", "b"), headroom=0.9)
+    # ~0.55 s predicted on either replica against a 1 s target: a's admission allows only
+    # half the target now, b's the router's default.
+    strict = attrs.evolve(report("a", queued=20_000), ttft_headroom=0.5)
+    lax = report("b", queued=20_000)
+    assert router.predict_ttft_s(request(), strict, 0, 0.0) == pytest.approx(
+        router.predict_ttft_s(request(), lax, 0, 0.0))
+    assert router.route(request("x"), {"a": strict, "b": lax}, 0.0).replica == "b"
+    tight = attrs.evolve(lax, running_requests=10, recent_step_s=0.085, tpot_headroom=0.8)
+    assert router.route(request("y"), {"a": strict, "b": tight}, 0.0).replica is None
+    with pytest.raises(ValueError, match="tpot_headroom"):
+        attrs.evolve(lax, tpot_headroom=0.0)
+
+
 def test_slo_router_checks_tpot_on_running_replicas() -> None:
     router = SLORouter(replicas=("a", "b"))
     slow = attrs.evolve(report("a"), running_requests=100, recent_step_s=0.12)
