@@ -17,15 +17,23 @@ and the limit moves by AIMD, as TCP's congestion window does:
 Until the first late report nothing is refused (the limit starts at ``max_limit``), so an
 engine that is never late never sees the limit. Time is a parameter (``now``, seconds).
 
-Guarantees: the limit stays within ``[min_limit, max_limit]``; `acquire` admits exactly when
-fewer than ``floor(limit)`` requests are in flight, and an admitted request stays counted until
-its `release`; a refusal carries the reason ``concurrency_limit`` and a Retry-After of the mean
+With ``weights`` (tenant -> weight, an unlisted tenant weighs 1), teams share the limit: a
+tenant below its weighted share of the limit among the tenants with requests in flight (itself
+included) is admitted even when the limit is reached, so a noisy tenant holding the places
+cannot lock a quiet one out; the noisy tenant's own requests are refused until the total falls
+below the limit. Work-conserving: a tenant alone may take every place.
+
+Guarantees: the limit stays within ``[min_limit, max_limit]``; `acquire` admits when fewer
+than ``floor(limit)`` requests are in flight (without ``weights``: exactly then; with them,
+also when the tenant is below its share), and an admitted request stays counted until its
+`release`; a refusal carries the reason ``concurrency_limit`` and a Retry-After of the mean
 time a request holds its place over the limit (when a place frees up, on average).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import attrs
 
@@ -34,6 +42,17 @@ from policies.validators import int_at_least
 
 REASON = "concurrency_limit"
 """The rejection reason of a request refused by the limit."""
+
+
+def _weights(_instance: object, attribute: attrs.Attribute,
+             value: Mapping[str, float] | None) -> None:
+    if value is None:
+        return
+    for tenant, weight in value.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not (
+                0 < weight < math.inf):
+            raise ValueError(f"{attribute.name}[{tenant!r}] must be a finite number > 0, "
+                             f"got {weight!r}")
 
 
 def _backoff(_instance: object, attribute: attrs.Attribute, value: float) -> None:
@@ -69,9 +88,13 @@ class ConcurrencyLimit:
     """The limit before the first late report, and its ceiling."""
     backoff: float = attrs.field(default=0.9, validator=_backoff)
     """The share of the load in flight kept after a late report."""
+    weights: Mapping[str, float] | None = attrs.field(default=None, validator=_weights)
+    """Tenant -> weight in sharing the limit (unlisted: 1); None: tenants are not told apart."""
 
     _limit: float = attrs.field(init=False, default=0.0, repr=False)
     _in_flight: int = attrs.field(init=False, default=0, repr=False)
+    _tenants: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
+    """Tenant -> its requests in flight (with ``weights``; none at 0)."""
     _decreased_s: float = attrs.field(init=False, default=-math.inf, repr=False)
     _hold_s: float | None = attrs.field(init=False, default=None, repr=False)
     """Exponentially weighted mean of how long admitted requests stayed in flight."""
@@ -96,26 +119,44 @@ class ConcurrencyLimit:
     def in_flight(self) -> int:
         return self._in_flight
 
-    def acquire(self) -> AdmissionDecision:
-        """Admit (and count in flight) while fewer than `limit` are in flight; else refuse."""
-        if self._in_flight >= self.limit:
+    def share(self, tenant: str) -> float:
+        """``tenant``'s weighted share of the limit among the tenants in flight and itself
+        (the whole limit without ``weights``)."""
+        if self.weights is None:
+            return float(self.limit)
+        active = {*self._tenants, tenant}
+        total = sum(self.weights.get(name, 1.0) for name in active)
+        return self.limit * self.weights.get(tenant, 1.0) / total
+
+    def acquire(self, tenant: str = "") -> AdmissionDecision:
+        """Admit (and count in flight) while fewer than `limit` are in flight, or while
+        ``tenant`` is below its `share`; else refuse."""
+        if self._in_flight >= self.limit and (
+                self.weights is None or self._tenants.get(tenant, 0) >= self.share(tenant)):
             self._rejected += 1
             return AdmissionDecision.reject(REASON, self.retry_after_s())
         self._in_flight += 1
         self._admitted += 1
+        if self.weights is not None:
+            self._tenants[tenant] = self._tenants.get(tenant, 0) + 1
         return AdmissionDecision.accept()
 
-    def release(self, held_s: float) -> None:
-        """An admitted request left after ``held_s`` seconds in flight.
+    def release(self, held_s: float, tenant: str = "") -> None:
+        """An admitted request of ``tenant`` left after ``held_s`` seconds in flight.
 
         Raises:
-            ValueError: nothing is in flight, or ``held_s`` is negative or not finite.
+            ValueError: nothing (of ``tenant``, with ``weights``) is in flight, or ``held_s``
+                is negative or not finite.
         """
-        if self._in_flight == 0:
-            raise ValueError("release() without a request in flight")
+        if self._in_flight == 0 or (self.weights is not None and tenant not in self._tenants):
+            raise ValueError(f"release() without a request in flight (tenant {tenant!r})")
         if not 0 <= held_s < math.inf:
             raise ValueError(f"held_s must be finite and >= 0, got {held_s!r}")
         self._in_flight -= 1
+        if self.weights is not None:
+            self._tenants[tenant] -= 1
+            if not self._tenants[tenant]:
+                del self._tenants[tenant]
         self._hold_s = held_s if self._hold_s is None else 0.9 * self._hold_s + 0.1 * held_s
 
     def report(self, *, late: bool, entered_s: float, now: float) -> None:
@@ -150,5 +191,7 @@ class ConcurrencyLimit:
         admitted."""
         assert self.min_limit <= self._limit <= self.max_limit
         assert 0 <= self._in_flight <= self._admitted
+        assert all(count > 0 for count in self._tenants.values())
+        assert self.weights is None or sum(self._tenants.values()) == self._in_flight
         assert min(self._rejected, self._on_time, self._late, self._decreases) >= 0
         assert self._decreases <= self._late

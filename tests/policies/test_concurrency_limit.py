@@ -68,9 +68,27 @@ def test_retry_after_is_when_a_place_frees_up_on_average():
     assert limit.acquire().retry_after_s == pytest.approx(2.0)
 
 
+def test_with_weights_a_quiet_tenant_passes_a_door_a_noisy_one_filled():
+    limit = ConcurrencyLimit(backoff=0.5, weights={"quiet": 1, "noisy": 1})
+    for _ in range(8):
+        assert limit.acquire("noisy").admitted
+    limit.report(late=True, entered_s=0.0, now=1.0)
+    assert limit.limit == 4 and limit.share("noisy") == 4  # alone: the whole limit
+    assert limit.share("quiet") == 2  # once both are in flight: half each
+    assert not limit.acquire("noisy").admitted  # over the limit and over its share
+    assert limit.acquire("quiet").admitted and limit.acquire("quiet").admitted
+    assert not limit.acquire("quiet").admitted  # its share (2 of 4) is reached
+    assert limit.in_flight == 10
+    for _ in range(7):
+        limit.release(1.0, "noisy")
+    assert limit.acquire("noisy").admitted  # 3 in flight, under the limit: anyone
+    limit.check_invariants()
+
+
 @pytest.mark.parametrize("fields", [{"backoff": 1.0}, {"backoff": 0.0}, {"min_limit": 0},
                                     {"min_limit": 5, "max_limit": 4},
-                                    {"max_limit": 2.5}])
+                                    {"max_limit": 2.5}, {"weights": {"a": 0}},
+                                    {"weights": {"a": True}}])
 def test_bad_fields_are_named(fields):
     with pytest.raises(ValueError, match=next(iter(fields)) if len(fields) == 1 else "min_limit"):
         ConcurrencyLimit(**fields)
@@ -85,25 +103,33 @@ def test_release_without_a_request_or_with_a_bad_time_is_refused():
         limit.release(float("nan"))
 
 
-# A history: (gap, what) with what one of acquire, release, on-time, late.
-EVENTS = st.lists(st.tuples(st.floats(0, 1), st.sampled_from("arOL")), max_size=120)
+# A history: (gap, what, tenant) with what one of acquire, release, on-time, late.
+EVENTS = st.lists(st.tuples(st.floats(0, 1), st.sampled_from("arOL"), st.sampled_from("xyz")),
+                  max_size=120)
 
 
-@given(EVENTS, st.integers(1, 4), st.integers(4, 64), st.floats(0.1, 0.95))
-def test_any_history_keeps_the_bounds_and_admits_exactly_below_the_limit(
-        events, min_limit, max_limit, backoff):
-    limit = ConcurrencyLimit(min_limit=min_limit, max_limit=max_limit, backoff=backoff)
-    now, entered = 0.0, []
-    for gap, what in events:
+@given(EVENTS, st.integers(1, 4), st.integers(4, 64), st.floats(0.1, 0.95), st.booleans())
+def test_any_history_keeps_the_bounds_and_admits_below_the_limit_or_the_share(
+        events, min_limit, max_limit, backoff, weighted):
+    weights = {"x": 1.0, "y": 3.0} if weighted else None
+    limit = ConcurrencyLimit(min_limit=min_limit, max_limit=max_limit, backoff=backoff,
+                             weights=weights)
+    now, entered, mine = 0.0, [], {}
+    for gap, what, tenant in events:
         now += gap
         if what == "a":
-            below = limit.in_flight < limit.limit
-            assert limit.acquire().admitted == below
-            if below:
-                entered.append(now)
+            expected = limit.in_flight < limit.limit or (
+                weighted and mine.get(tenant, 0) < limit.share(tenant))
+            assert limit.acquire(tenant).admitted == expected
+            if expected:
+                entered.append((now, tenant))
+                mine[tenant] = mine.get(tenant, 0) + 1
         elif what == "r" and entered:
-            limit.release(now - entered.pop(0))
+            started, owner = entered.pop(0)
+            limit.release(now - started, owner)
+            mine[owner] -= 1
         elif what in "OL":
-            limit.report(late=what == "L", entered_s=entered[0] if entered else now, now=now)
+            limit.report(late=what == "L", entered_s=entered[0][0] if entered else now, now=now)
         assert min_limit <= limit.limit <= max_limit
+        assert limit.in_flight == sum(mine.values())
         limit.check_invariants()

@@ -14,8 +14,9 @@ body's ``slo_class`` when declared, else its tenant's class, else the tightest d
 - **Gate**: the gate predicts its wait behind the requests that were in the stage when it
   entered; over the class's TTFT target it is answered 503, reason ``frontend_busy``,
   ``Retry-After`` the predicted wait.
-- **Limit**: when as many requests are in flight as the limit allows, it is answered 503,
-  reason ``concurrency_limit``, ``Retry-After`` when a place frees up on average. A stream's
+- **Limit**: when as many requests are in flight as the limit allows (and, where the
+  declaration has ``fairness``, its tenant holds its weighted share of the places or more), it
+  is answered 503, reason ``concurrency_limit``, ``Retry-After`` when a place frees up on average. A stream's
   first token is reported late when it left after `LATE_SHARE` of its class's TTFT target,
   and its end late when its time per output token was over that share of the TPOT target;
   a request the engine refused as unable to meet its class's targets (``slo_ttft``,
@@ -81,7 +82,8 @@ class FrontendStage:
         if spec is None:
             return None
         classes = spec.classes.items()
-        return cls(gate=FrontendGate(), limit=ConcurrencyLimit(),
+        weights = None if spec.fairness_weights is None else dict(spec.fairness_weights)
+        return cls(gate=FrontendGate(), limit=ConcurrencyLimit(weights=weights),
                    ttft_s={name: target.ttft_s for name, target in classes},
                    tpot_s={name: target.tpot_s for name, target in classes},
                    tenants=dict(spec.tenants), metrics=_metrics() if metrics else None)
@@ -98,17 +100,19 @@ class FrontendStage:
         self.refresh_metrics()
         return visit
 
-    def class_of(self, payload: object, route: EngineRoute) -> str:
-        """The class a checked request body is judged in for the gate."""
+    def class_and_tenant(self, payload: object, route: EngineRoute) -> tuple[str, str]:
+        """The class a checked request body is judged in at the door, and its tenant ("":
+        none)."""
         xargs = payload if route.reads_xargs else None
         for key in route.xargs_path:
             xargs = xargs.get(key) if isinstance(xargs, dict) else None
         named, tenant = (xargs.get("slo_class"), xargs.get("tenant")) if isinstance(
             xargs, dict) else (None, None)
+        tenant = tenant if isinstance(tenant, str) else ""
         if isinstance(named, str) and named in self.ttft_s:
-            return named
-        tenant_class = self.tenants.get(tenant) if isinstance(tenant, str) else None
-        return tenant_class if tenant_class in self.ttft_s else self.tightest
+            return named, tenant
+        tenant_class = self.tenants.get(tenant)
+        return (tenant_class if tenant_class in self.ttft_s else self.tightest), tenant
 
     def refresh_metrics(self) -> None:
         """Set the stage's gauges (requests in it, the learned rate, the limit)."""
@@ -139,6 +143,7 @@ class Visit:
     """When it entered (the stage's clock)."""
     slo_class: str | None = None
     """The class it was checked in (None until `admit`)."""
+    tenant: str = ""
     served: bool = False
     left: bool = False
     holds_place: bool = False
@@ -156,7 +161,7 @@ class Visit:
         self.leave()
         if self.holds_place:
             self.holds_place = False
-            self.stage.limit.release(self.stage.clock() - self.entered_s)
+            self.stage.limit.release(self.stage.clock() - self.entered_s, self.tenant)
             self.stage.refresh_metrics()
 
     def first_token(self, sent_s: float) -> None:
@@ -181,7 +186,8 @@ class Visit:
         """The checked request to pass on, or None when the door answered it with 503."""
         stage = self.stage
         now = stage.clock()
-        cls = self.slo_class = stage.class_of(forward.payload, route)
+        self.slo_class, self.tenant = stage.class_and_tenant(forward.payload, route)
+        cls = self.slo_class
         decision = stage.gate.decide(self.ahead, stage.ttft_s[cls], now)
         metrics = stage.metrics
         if metrics is not None:
@@ -198,7 +204,7 @@ class Visit:
         if metrics is not None:
             metrics.admissions.inc()
         in_flight = stage.limit.in_flight
-        decision = stage.limit.acquire()
+        decision = stage.limit.acquire(self.tenant)
         if not decision.admitted:
             if metrics is not None:
                 metrics.limit_rejections.labels(slo_class=cls).inc()

@@ -480,6 +480,35 @@ def test_a_late_stream_lowers_the_concurrency_limit_and_the_door_refuses_past_it
     assert gauge("policies:frontend_in_flight") == 0
 
 
+def test_with_fairness_a_quiet_team_passes_the_door_a_noisy_team_filled():
+    app, state = stand_in({"pipeline": "slo", "slo": {
+        "classes": CLASSES, "tenants": {"acme": "slow", "globex": "fast"},
+        "fairness": {"weights": {"acme": 1, "globex": 1}}}})
+
+    async def scenario(client):
+        state.held = asyncio.Event()
+        await post(client, {"tenant": "globex"})
+        limit = policy_middleware(app)._setup.frontend.limit
+        held = [asyncio.create_task(post(client, {"hold": True, "tenant": "globex"}))
+                for _ in range(4)]
+        for _ in range(5000):  # bounded: until all four are in flight
+            if limit.in_flight == 4:
+                break
+            await asyncio.sleep(0.001)
+        late = await post(client, {"service_s": 0.01, "tenant": "globex"}, stream=True)
+        lowered = limit.limit
+        noisy = await post(client, {"tenant": "globex"})
+        quiet = await post(client, {"tenant": "acme"})
+        state.held.set()
+        await asyncio.gather(*held)
+        return late, lowered, noisy, quiet
+
+    late, lowered, noisy, quiet = run(app, scenario)
+    assert late.status_code == 200 and lowered == 4
+    assert noisy.status_code == 503 and "concurrency_limit" in noisy.text  # its 4 fill it
+    assert quiet.status_code == 200  # below its half of the places
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_engine_refusal_for_the_targets_counts_as_late_at_the_door(stream):
     app, state = stand_in({"pipeline": "slo", "slo": {"classes": CLASSES}})
