@@ -5,7 +5,8 @@ Example:
     python -m benchmarks.live_slo --quick --out out/live_slo
 
 Measures the engine's capacity on a stock server, then streams open-loop Poisson arrivals at
-1x, 2x and 4x capacity, two bursts and a 2x run beside a busy CPU through each system's own
+1x, 2x and 4x capacity, two bursts, a 2x run beside a busy CPU and a 2x run where one team sends
+three times the other's requests, through each system's own
 OpenAI server (`run`), judging every request on the client (`summary`). Writes
 ``OUT/summary.json`` (per scenario, seed and system; the goals), ``OUT/runs/.../requests.jsonl``
 (every request), ``OUT/attainment.png`` and ``OUT/goodput.png``.
@@ -29,19 +30,21 @@ from tqdm import tqdm
 
 from benchmarks.live_slo.plots import FIGURES, plot_all
 from benchmarks.live_slo.run import QUEUE_WAIT_S, STOCK, Settings, run_benchmark
-from benchmarks.live_slo.summary import SLO_SYSTEM
+from benchmarks.live_slo.summary import NOISY_TEAM_SHARES, SLO_SYSTEM
 from benchmarks.live_slo.workload import Scenario
 
 
 def scenarios(*, duration_s: float, big_burst: int) -> tuple[Scenario, ...]:
     """1x, 2x and 4x capacity; 10 s of capacity at once; ``big_burst`` at once; 2x beside a
-    busy CPU."""
+    busy CPU; 2x with one team sending three times the other's requests."""
     return (Scenario(name="1x", load=1.0, duration_s=duration_s),
             Scenario(name="2x", load=2.0, duration_s=duration_s),
             Scenario(name="4x", load=4.0, duration_s=duration_s),
             Scenario(name="burst-10s", burst_s=10.0),
             Scenario(name=f"burst-{big_burst}", burst=big_burst),
-            Scenario(name="2x-contention", load=2.0, duration_s=duration_s, contention=True))
+            Scenario(name="2x-contention", load=2.0, duration_s=duration_s, contention=True),
+            Scenario(name="2x-noisy-team", load=2.0, duration_s=duration_s,
+                     tenant_shares=NOISY_TEAM_SHARES))
 
 
 FULL = Settings(scenarios=scenarios(duration_s=30.0, big_burst=2000))

@@ -240,7 +240,8 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
                 served, current = _ready(server), key
             rng = random.Random(f"{seed}:{scenario.name}")
             arrivals = scenario.arrivals(capacity_rps, rng)
-            requests = build_requests(arrivals, seed=seed, prefix=f"{scenario.name}-")
+            requests = build_requests(arrivals, seed=seed, prefix=f"{scenario.name}-",
+                                      tenant_shares=scenario.tenant_shares)
             with Contention() if scenario.contention else contextlib.nullcontext():
                 records, replies = play_run(server, served, system, requests,
                                             drain_s=settings.drain_s)

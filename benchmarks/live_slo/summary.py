@@ -25,10 +25,17 @@ from policies.slo.classes import resolve_class
 DECLARATION = {
     "classes": {"chat": {"ttft_s": 0.5, "tpot_s": 0.05}, "rag": {"ttft_s": 2, "tpot_s": 0.05}},
     "by_prompt_tokens": [[4095, "chat"], [None, "rag"]], "protected": ["chat"],
-    "tenants": {"acme": "chat", "globex": "chat"}}
+    "tenants": {"acme": "chat", "globex": "chat"},
+    "fairness": {"weights": {"acme": 1, "globex": 1}}}
 """The ``llm_serving_policies.slo`` entry the ``slo`` system serves: the README's form, two
 teams whose class is ``chat`` (so they may claim the protected class; a request naming none is
-judged ``chat``)."""
+judged ``chat``), sharing it equally."""
+NOISY_TEAM_SHARES = (0.25, 0.75)
+"""The noisy-team scenario: the second team (globex) sends three times the first's (acme)."""
+QUIET_TEAM = "acme"
+FAIR_SHARE_MIN = 0.9
+"""The quiet team's goodput must reach this share of its weighted share of the goodput (or of
+what it offered, if less)."""
 SPEC = SLOSpec.parse(DECLARATION)
 ATTAINMENT_MIN = 0.95
 GOODPUT_LEVEL_1X = 0.97
@@ -84,12 +91,14 @@ def run_metrics(records: Sequence[RequestRecord], replies: Sequence[HttpReply], 
     rejection_s = [r.finish_s - r.arrival_s for r in rejected]
     in_time = sum(r.finish_s - r.arrival_s <= targets[r.request_id].ttft_s for r in rejected)
     by_class: dict[str, dict[str, int]] = {}
+    by_tenant: dict[str, dict[str, int]] = {}
     for record in records:
-        row = by_class.setdefault(record.slo_class or "none",
-                                  {"offered": 0, "admitted": 0, "met": 0})
-        row["offered"] += 1
-        row["admitted"] += record.outcome != "rejected"
-        row["met"] += record.request_id in met_ids
+        for table, key in ((by_class, record.slo_class or "none"),
+                           (by_tenant, record.tenant or "none")):
+            row = table.setdefault(key, {"offered": 0, "admitted": 0, "met": 0})
+            row["offered"] += 1
+            row["admitted"] += record.outcome != "rejected"
+            row["met"] += record.request_id in met_ids
     lags = [reply.send_lag_s for reply in replies if reply.send_lag_s is not None]
     return {
         "offered": len(records), "admitted": len(admitted), "rejected": len(rejected),
@@ -105,7 +114,7 @@ def run_metrics(records: Sequence[RequestRecord], replies: Sequence[HttpReply], 
                                            if r.outcome == "rejected"),
         "outcomes": dict(Counter(r.outcome for r in records)),
         "statuses": {str(k): v for k, v in Counter(reply.status for reply in replies).items()},
-        "by_class": by_class,
+        "by_class": by_class, "by_tenant": by_tenant,
         "client_send_lag_p99_s": _p99(lags),
     }
 
@@ -140,7 +149,10 @@ def evaluate_goals(runs: Mapping[str, Mapping[str, Mapping[str, dict]]],
     - at 1x: goodput ≥ 0.97x the best stock system's;
     - bursts: admitted attainment ≥ 0.95, and every rejection answered within its class's
       TTFT target;
-    - contention: admitted attainment ≥ 0.95.
+    - contention: admitted attainment ≥ 0.95;
+    - a noisy team (``tenant_shares``): the quiet team's (`QUIET_TEAM`) admitted attainment
+      ≥ 0.95, and its goodput ≥ 0.9x its fair share: the smaller of what it offered per second
+      and its weighted share (the declaration's fairness weights) of ``slo``'s goodput.
     A goal with no ``slo`` run is not evaluated (no row).
     """
     goals = []
@@ -158,6 +170,8 @@ def evaluate_goals(runs: Mapping[str, Mapping[str, Mapping[str, dict]]],
                 in_time = ours["rejected_in_time_share"]
                 goals.append(_goal("rejections within their TTFT target", name, seed,
                                    1.0 if in_time is None else in_time, 1.0))
+            elif scenario.get("tenant_shares"):
+                goals.extend(_quiet_team_goals(name, seed, ours))
             elif scenario.get("contention"):
                 goals.append(_goal("admitted attainment", name, seed, attainment,
                                    ATTAINMENT_MIN))
@@ -171,3 +185,24 @@ def evaluate_goals(runs: Mapping[str, Mapping[str, Mapping[str, dict]]],
                 goals.append(_goal("goodput >= 0.97x best stock", name, seed,
                                    ours["goodput_rps"], GOODPUT_LEVEL_1X * best_goodput, best))
     return goals
+
+
+def quiet_team_share(run: dict, spec: SLOSpec = SPEC) -> tuple[float | None, float, float]:
+    """The quiet team's admitted attainment, goodput (req/s) and fair share of goodput in one
+    run: the smaller of what it offered per second and its weighted share of the run's
+    goodput."""
+    row = run["by_tenant"].get(QUIET_TEAM, {"offered": 0, "admitted": 0, "met": 0})
+    weights = spec.fairness_weights or {}
+    total = sum(weights.get(t, 1.0) for t in run["by_tenant"] if t != "none")
+    weight = weights.get(QUIET_TEAM, 1.0) / total if total else 1.0
+    window = run["window_s"]
+    fair = min(row["offered"] / window, weight * run["goodput_rps"])
+    attainment = row["met"] / row["admitted"] if row["admitted"] else None
+    return attainment, row["met"] / window, fair
+
+
+def _quiet_team_goals(name: str, seed: str, ours: dict) -> list[dict]:
+    attainment, goodput, fair = quiet_team_share(ours)
+    return [_goal("quiet team's admitted attainment", name, seed, attainment, ATTAINMENT_MIN),
+            _goal("quiet team's goodput >= 0.9x its fair share", name, seed, goodput,
+                  FAIR_SHARE_MIN * fair)]

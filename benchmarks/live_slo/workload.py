@@ -48,6 +48,9 @@ class Scenario:
     burst_s: float | None = None
     duration_s: float = 0.0
     contention: bool = False
+    tenant_shares: tuple[float, ...] | None = None
+    """Each of `TENANTS`' share of the requests (None: equal), e.g. ``(0.25, 0.75)``: the
+    second tenant sends three times the first's."""
 
     def __attrs_post_init__(self) -> None:
         given = [k for k in ("load", "burst", "burst_s") if getattr(self, k) is not None]
@@ -60,6 +63,11 @@ class Scenario:
             raise ValueError(f"scenario {self.name!r}: burst must be >= 1")
         if self.burst_s is not None and not self.burst_s > 0:
             raise ValueError(f"scenario {self.name!r}: burst_s must be > 0")
+        shares = self.tenant_shares
+        if shares is not None and (len(shares) != len(TENANTS) or min(shares) <= 0
+                                   or abs(sum(shares) - 1) > 1e-9):
+            raise ValueError(f"scenario {self.name!r}: tenant_shares must give each of "
+                             f"{TENANTS} a share > 0, summing to 1, got {shares}")
 
     @property
     def is_burst(self) -> bool:
@@ -106,13 +114,16 @@ def _kind(rng: random.Random) -> str | None:
     return KIND_SHARES[-1][0]
 
 
-def build_requests(arrivals: list[float], *, seed: int, prefix: str = "r") -> list[LiveRequest]:
-    """One request per arrival time: kind, tenant, lengths and prompt drawn from ``seed``."""
+def build_requests(arrivals: list[float], *, seed: int, prefix: str = "r",
+                   tenant_shares: tuple[float, ...] | None = None) -> list[LiveRequest]:
+    """One request per arrival time: kind, tenant (by ``tenant_shares``, else equally),
+    lengths and prompt drawn from ``seed``."""
     rng = random.Random(seed)
     requests = []
     for index, arrival_s in enumerate(arrivals):
         kind = _kind(rng)
-        tenant = TENANTS[rng.randrange(len(TENANTS))]
+        tenant = (TENANTS[rng.randrange(len(TENANTS))] if tenant_shares is None
+                  else rng.choices(TENANTS, weights=tenant_shares)[0])
         low, high = {"chat": CHAT_PROMPT_TOKENS, "rag": RAG_PROMPT_TOKENS}.get(
             kind, PLAIN_PROMPT_TOKENS)
         length = rng.randint(low, high)

@@ -212,3 +212,27 @@ def test_a_finished_run_is_judged_again_from_its_requests(tmp_path):
     window = scenario.window_s(scenario.arrivals(2.0, random.Random("0:1x")))
     assert metrics == run_metrics(records, replies, window_s=window)
     assert (metrics["admitted"], metrics["met"]) == (2, 2), "the unclassed one is rag: met"
+
+
+def test_a_noisy_team_sends_its_share_and_the_quiet_team_is_held_to_its_fair_share():
+    from benchmarks.live_slo.summary import NOISY_TEAM_SHARES, quiet_team_share
+
+    requests = build_requests([0.0] * 2000, seed=1, tenant_shares=NOISY_TEAM_SHARES)
+    noisy = sum(r.request.tenant == "globex" for r in requests) / 2000
+    assert 0.72 < noisy < 0.78
+    with pytest.raises(ValueError, match="tenant_shares"):
+        Scenario(name="x", load=2.0, duration_s=1.0, tenant_shares=(0.5, 0.6))
+    run = {"window_s": 10.0, "goodput_rps": 30.0, "admitted_slo_attainment": 0.88,
+           "rejected_in_time_share": None, "by_tenant": {"acme": {"offered": 100, "admitted": 90, "met": 88},
+                         "globex": {"offered": 300, "admitted": 250, "met": 212}}}
+    attainment, goodput, fair = quiet_team_share(run)
+    assert attainment == pytest.approx(88 / 90) and goodput == 8.8
+    assert fair == 10.0  # it offered 10 req/s, under half of the 30 req/s goodput
+    run["by_tenant"]["acme"]["offered"] = 400
+    assert quiet_team_share(run)[2] == 15.0  # equal weights: half the goodput
+    scenarios = {"2x-noisy-team": {"load": 2.0, "contention": False,
+                                   "tenant_shares": NOISY_TEAM_SHARES}}
+    goals = evaluate_goals({"2x-noisy-team": {"0": {"slo": run}}}, scenarios)
+    assert [(g["goal"], g["met"]) for g in goals] == [
+        ("quiet team's admitted attainment", True),
+        ("quiet team's goodput >= 0.9x its fair share", False)]  # 8.8 < 0.9 x 15
