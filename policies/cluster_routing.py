@@ -409,6 +409,8 @@ class SLORouter(_ClusterRouter):
           already spent included) is within ``headroom`` times its target (its declared lower
           class's, when demoted), and whose predicted TPOT is within its TPOT target; a
           request with no TTFT target is always feasible.
+        * With ``keep_sessions``, a call whose session's replica accepts is placed there or
+          nowhere (a retry may still go elsewhere).
         * Among feasible replicas: the session's replica first (its cache holds the session's
           context), then the earliest predicted first token (which counts each replica's
           cached prefix of the prompt), then the order of `replicas`.
@@ -433,6 +435,10 @@ class SLORouter(_ClusterRouter):
     fallback_model: StepTimeModel = CONSERVATIVE_PRIOR
     min_retry_after_s: float = attrs.field(default=0.5, validator=finite_positive)
     max_retry_after_s: float = attrs.field(default=30.0, validator=finite_positive)
+    keep_sessions: bool = False
+    """A session whose replica accepts stays there: when that replica cannot meet the
+    deadline the call is rejected (or demoted) instead of moved to a replica without the
+    session's context. Default: moved to the earliest feasible replica."""
     _retried: set[str] = attrs.field(init=False, factory=set, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -503,6 +509,8 @@ class SLORouter(_ClusterRouter):
                retry: bool) -> ClusterDecision:
         cached = self._cached_tokens(request)
         pinned = self._session_replica(request)
+        if self.keep_sessions and not retry and any(r.name == pinned for r in candidates):
+            candidates = [r for r in candidates if r.name == pinned]
         predicted = {r.name: self.predict_ttft_s(request, r, cached.get(r.name, 0), now)
                      for r in candidates}
         if request.ttft_s is None:

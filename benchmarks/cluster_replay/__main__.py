@@ -55,9 +55,12 @@ from policies.cluster_routing import (
 )
 from policies.pd_router import chain_keys
 
-ROUTERS = ("slo", "pow2", "round-robin", "kv_overlap", "session-sticky",
+ROUTERS = ("slo", "slo-keep-sessions", "pow2", "round-robin", "kv_overlap", "session-sticky",
            "sticky-until-saturated")
-OURS = "slo"
+OURS = ("slo", "slo-keep-sessions")
+"""`SLORouter` (sessions move to a feasible replica) and its ``keep_sessions`` variant."""
+DEFAULT_ROUTERS = ("slo", "pow2", "round-robin", "kv_overlap", "session-sticky",
+                   "sticky-until-saturated")
 BEST_STOCK = "stock+queue-caps:fcfs:tokens=32768:chunk=512:adaptive"
 """The best stock setting of the single-engine sweep on ``agent-swe`` x4 (the default
 ``--peer-engine``)."""
@@ -136,8 +139,8 @@ def make_router(name: str, replicas: Sequence[str], *, block_size_tokens: int,
     """A fresh router by name (`ROUTERS`)."""
     common = {"replicas": tuple(replicas), "block_size_tokens": block_size_tokens,
               "index_capacity_blocks": index_capacity_blocks}
-    if name == "slo":
-        return SLORouter(**common)
+    if name in OURS:
+        return SLORouter(**common, keep_sessions=name == "slo-keep-sessions")
     if name == "pow2":
         return PowerOfTwoReplicas(**common, rng=random.Random(seed))
     if name == "round-robin":
@@ -156,7 +159,7 @@ def parse_system(entry: str, peer_engine: str) -> tuple[str, str]:
     router, sep, engine = entry.partition("@")
     if router not in ROUTERS:
         raise SystemExit(f"--routers: unknown router {router!r} (use {', '.join(ROUTERS)})")
-    return router, engine if sep else ("pipeline:slo" if router == OURS else peer_engine)
+    return router, engine if sep else ("pipeline:slo" if router in OURS else peer_engine)
 
 
 def slim(summary: dict, run_router: ClusterRouter) -> dict:
@@ -189,11 +192,16 @@ def slim(summary: dict, run_router: ClusterRouter) -> dict:
 
 
 def judge(systems: dict[str, dict], *, goodput_goal: float, tenants: bool) -> dict:
-    """The issue's goals for ``slo`` against the best peer router of the same load."""
-    ours = next((s for name, s in systems.items() if name.startswith(OURS + "@")), None)
-    peers = {n: s for n, s in systems.items() if not n.startswith(OURS + "@")}
-    if ours is None or not peers:
+    """The goals for each of our routers against the best peer router of the same load."""
+    ours = {n: s for n, s in systems.items() if n.split("@")[0] in OURS}
+    peers = {n: s for n, s in systems.items() if n not in ours}
+    if not peers:
         return {}
+    return {name: _goals(system, peers, goodput_goal=goodput_goal, tenants=tenants)
+            for name, system in ours.items()}
+
+
+def _goals(ours: dict, peers: dict[str, dict], *, goodput_goal: float, tenants: bool) -> dict:
     best_name = max(peers, key=lambda n: (peers[n]["goodput_rps"] or 0.0))
     best = peers[best_name]
     ratio = (ours["goodput_rps"] or 0.0) / best["goodput_rps"] if best["goodput_rps"] else None
@@ -223,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="offered load, in multiples of the cluster's capacity")
     parser.add_argument("--max-requests", type=int, default=None)
     parser.add_argument("--skip-requests", type=int, default=0, metavar="N")
-    parser.add_argument("--routers", default=",".join(ROUTERS),
+    parser.add_argument("--routers", default=",".join(DEFAULT_ROUTERS),
                         help="comma-separated ROUTER[@ENGINE] (see the module doc)")
     parser.add_argument("--peer-engine", default=BEST_STOCK,
                         help="the replicas' engine behind every peer router")

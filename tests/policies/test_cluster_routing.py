@@ -200,6 +200,18 @@ def test_a_replica_is_judged_by_the_headrooms_its_admission_reports() -> None:
         attrs.evolve(lax, tpot_headroom=0.0)
 
 
+def test_keep_sessions_rejects_rather_than_moving_a_session() -> None:
+    router = SLORouter(replicas=NAMES, keep_sessions=True)
+    home = router.route(request("t0", session="s"), reports(), 0.0).replica
+    swamped = reports(**{home: {"queued": 500_000}})
+    kept = router.route(request("t1", session="s"), swamped, 0.0)
+    assert kept.replica is None and kept.cause is RouteCause.NO_FEASIBLE
+    assert router.route(request("t2", session="other"), swamped, 0.0).replica != home
+    moving = SLORouter(replicas=NAMES)
+    moving.route(request("t0", session="s"), reports(), 0.0)
+    assert moving.route(request("t1", session="s"), swamped, 0.0).replica not in (home, None)
+
+
 def test_slo_router_checks_tpot_on_running_replicas() -> None:
     router = SLORouter(replicas=("a", "b"))
     slow = attrs.evolve(report("a"), running_requests=100, recent_step_s=0.12)
