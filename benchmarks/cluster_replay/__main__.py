@@ -192,7 +192,12 @@ def slim(summary: dict, run_router: ClusterRouter) -> dict:
 
 
 def judge(systems: dict[str, dict], *, goodput_goal: float, tenants: bool) -> dict:
-    """The goals for each of our routers against the best peer router of the same load."""
+    """The goals for each of our routers against the best peer router of the same load.
+
+    ``goodput_ratio`` divides requests in SLO by each run's makespan (the drain of the last
+    answers included) and compares with the peer of the highest; ``met_slo_ratio`` compares
+    the counts with the peer of the most (goodput over the arrival window, the same for
+    every system of a load)."""
     ours = {n: s for n, s in systems.items() if n.split("@")[0] in OURS}
     peers = {n: s for n, s in systems.items() if n not in ours}
     if not peers:
@@ -205,8 +210,10 @@ def _goals(ours: dict, peers: dict[str, dict], *, goodput_goal: float, tenants: 
     best_name = max(peers, key=lambda n: (peers[n]["goodput_rps"] or 0.0))
     best = peers[best_name]
     ratio = (ours["goodput_rps"] or 0.0) / best["goodput_rps"] if best["goodput_rps"] else None
+    most = max(p["met_slo"] for p in peers.values())
     goals = {"best_peer": best_name, "goodput_ratio": ratio, "goodput_goal": goodput_goal,
              "goodput_met": ratio is not None and ratio >= goodput_goal,
+             "met_slo_ratio": ours["met_slo"] / most if most else None,
              "admitted_slo_attainment": ours["admitted_slo_attainment"],
              "admitted_met": (ours["admitted_slo_attainment"] or 0.0) >= 0.95}
     sticky = next((s for n, s in peers.items() if n.startswith("session-sticky@")), None)
