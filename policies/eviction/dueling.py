@@ -37,8 +37,9 @@ class SetDueling(SegmentedLRU):
     The hot paths call `SegmentedLRU`'s methods by name: ``super()`` costs as much as the
     call itself in Python 3.11.
 
-    Guarantees (besides `SegmentedLRU`'s segment rules): while `mode` is ``"lru"`` PROTECTED
-    is empty after each release, so keys are evicted uncached, orphans, then in release
+    Guarantees (besides `SegmentedLRU`'s segment rules): a release while `mode` is ``"lru"``
+    leaves PROTECTED empty (a release that turns the mode to LRU leaves that to the next one), so
+    keys are evicted uncached, orphans, then in release
     order. `mode` is ``"slru"`` until the shadows have seen an eviction and whenever the SLRU
     shadow's decayed hits are at least the LRU shadow's; it turns ``"lru"`` only once the LRU
     shadow leads by more than ``switch_margin_hits``.

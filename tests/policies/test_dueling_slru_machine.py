@@ -1,16 +1,18 @@
 """`DuelingSLRU` specified by a state machine over the real object: requests hit or compute
 prefix chains in a cache of fixed size, finish (plainly, preempted or cancelled), wait, and
-start and end session turns of two tenants while time passes.
+start and end session turns of two tenants while time passes; bursts of fresh chains used
+again soon after (`recent_reuse`) make recency pay, so the order turns into LRU too.
 
-After every rule: the mode follows the leading shadow (with ``switch_margin_hits`` of
-hysteresis towards LRU), every evictable key sits in exactly one segment, pins are held only
+After every access: the mode follows the leading shadow (it turns LRU exactly when the LRU
+shadow leads by more than ``switch_margin_hits``, and stays LRU exactly while it leads).
+After every rule: every evictable key sits in exactly one segment, pins are held only
 by tracked keys, and `check_invariants` holds. A finished turn never raises the pins held
-past ``max_pinned_fraction`` of the tracked blocks; in LRU mode a release leaves PROTECTED
+past ``max_pinned_fraction`` of the tracked blocks; a release in LRU mode leaves PROTECTED
 empty; a pinned key (not an orphan) is evicted only once nothing but pinned (or wanted)
 keys is left.
 """
 
-from hypothesis import settings
+from hypothesis import settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -29,17 +31,17 @@ chains = st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(1, 6)).map(
     lambda t: [t[0] * 1000 + (t[1] * 100 + i if i >= 2 else i) for i in range(t[2])])
 """A prompt's block keys: four roots, three branches each after two shared blocks."""
 
-pins = st.none() | st.builds(
+pins = st.builds(
     SessionPins, default_gap_s=st.sampled_from([0.5, 3.0]),
     max_pinned_fraction=st.sampled_from([0.25, 0.5, 1.0]), judged=st.booleans(),
     prefix_sessions=st.booleans(),
-    tenant_weights=st.sampled_from([{}, {"t0": 3.0}]))
+    tenant_weights=st.sampled_from([{}, {"t0": 3.0}])) | st.none()
 
 
 class DuelingSLRUMachine(RuleBasedStateMachine):
     """Random request lifecycles on a `DuelingSLRU`; its defining guarantees after each."""
 
-    @initialize(window=st.sampled_from([20.0, 200.0]), margin=st.sampled_from([0.0, 2.0, 20.0]),
+    @initialize(window=st.sampled_from([20.0, 200.0]), margin=st.sampled_from([0.0, 0.5, 2.0]),
                 sample=st.sampled_from([1, 2]), session_pins=pins)
     def build(self, window, margin, sample, session_pins):
         self.order = DuelingSLRU(window_accesses=window, switch_margin_hits=margin,
@@ -51,6 +53,9 @@ class DuelingSLRUMachine(RuleBasedStateMachine):
         self.waiting = []  # chains told to `expect`
         self.uncached = -1
         self.now = 0.0
+        self.lead = 0.0  # the LRU shadow's largest lead seen
+        self.mode = "slru"  # the mode at the last check
+        self.fresh = 100_000  # keys of `recent_reuse`'s chains
 
     def _evict_one(self):
         order = self.order
@@ -62,14 +67,18 @@ class DuelingSLRUMachine(RuleBasedStateMachine):
             # a pin is given up only under pressure (an orphan's pin buys no hit)
             assert all(order.segment_of(key) >= Segment.PINNED for key in order), victim
 
-    @rule(chain=chains, session=st.sampled_from([None, "a", "b"]),
+    @rule(chain=chains, session=st.sampled_from([None, "a", "b", "c"]),
           tenant=st.sampled_from([None, "t0", "t1"]))
     def start(self, chain, session, tenant):
+        self._start(chain, session, tenant)
+
+    def _start(self, chain, session=None, tenant=None):
         order = self.order
         for key in chain:
             if key in order:
                 order.acquire(key)
                 assert key not in order
+                self.mode_follows_the_leading_shadow()
             elif key not in self.refs:
                 while len(order) + len(self.refs) >= CAPACITY and len(order):
                     self._evict_one()
@@ -82,19 +91,24 @@ class DuelingSLRUMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.running)
     @rule(data=st.data(), how=st.sampled_from(["plain", "plain", "protect", "cancel"]))
     def finish(self, data, how):
+        self._finish(data.draw(st.integers(0, len(self.running) - 1)), how)
+
+    def _finish(self, index, how="plain"):
         order = self.order
-        chain, turn = self.running.pop(data.draw(st.integers(0, len(self.running) - 1)))
+        chain, turn = self.running.pop(index)
         for i in range(len(chain) - 1, -1, -1):
             key, parent = chain[i], chain[i - 1] if i else None
             self.refs[key] -= 1
             if self.refs[key]:
                 continue
             del self.refs[key]
+            lru_mode = order.mode == "lru"
             if how == "cancel":
                 order.release_cancelled(key, parent)
             else:
                 order.release(key, parent, protect=how == "protect")
-            if order.mode == "lru":
+            self.mode_follows_the_leading_shadow()  # after every access, not only every rule
+            if lru_mode:  # (a release that turns the mode leaves that to the next one)
                 assert order.stats().protected_blocks == 0
         if turn is not None:
             held = sum(order.pins_by_tenant().values())
@@ -102,6 +116,19 @@ class DuelingSLRUMachine(RuleBasedStateMachine):
             made = order.turn_finished(turn, chain, self.now)
             assert 0 <= made <= len(chain)
             assert sum(order.pins_by_tenant().values()) <= max(held, limit)
+
+    @rule(count=st.integers(2, 16), distance=st.integers(1, 3))
+    def recent_reuse(self, count, distance):
+        """Fresh chains, each used again ``distance`` chains later: recency pays, frequency
+        does not (the workload on which the order should turn into LRU)."""
+        fresh = []
+        for _ in range(count):
+            self.fresh += 3
+            fresh.append([self.fresh, self.fresh + 1, self.fresh + 2])
+            for chain in (fresh[-1], fresh[-1 - distance] if len(fresh) > distance else None):
+                if chain is not None:
+                    self._start(chain)
+                    self._finish(len(self.running) - 1)
 
     @rule(seconds=st.sampled_from([0.1, 1.0, 5.0]))
     def advance(self, seconds):
@@ -139,10 +166,14 @@ class DuelingSLRUMachine(RuleBasedStateMachine):
     def mode_follows_the_leading_shadow(self):
         duel = self.order.duel_stats()
         lru, slru = duel["lru_shadow_score"], duel["slru_shadow_score"]
-        if self.order.mode == "lru":
-            assert duel["lru_mode"] == 1 and lru > slru, duel
-        else:
-            assert duel["lru_mode"] == 0 and lru <= slru + self.margin, duel
+        self.lead = max(self.lead, lru - slru)
+        mode = self.order.mode
+        assert duel["lru_mode"] == (mode == "lru"), duel
+        if self.mode == "slru":  # turns LRU exactly when the LRU shadow leads by the margin
+            assert (mode == "lru") == (lru > slru + self.margin), duel
+        else:  # and stays LRU exactly while the LRU shadow leads
+            assert (mode == "lru") == (lru > slru), duel
+        self.mode = mode
 
     @invariant()
     def every_key_sits_in_exactly_one_segment(self):
@@ -178,7 +209,11 @@ class DuelingSLRUMachine(RuleBasedStateMachine):
     def internal_invariants_hold(self):
         self.order.check_invariants()
 
+    def teardown(self):
+        if hasattr(self, "lead"):
+            target(self.lead, label="LRU shadow's lead")  # search towards LRU mode too
+
 
 TestDuelingSLRUMachine = DuelingSLRUMachine.TestCase
-TestDuelingSLRUMachine.settings = settings(max_examples=120, stateful_step_count=60,
+TestDuelingSLRUMachine.settings = settings(max_examples=120, stateful_step_count=100,
                                            deadline=None)
