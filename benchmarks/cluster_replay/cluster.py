@@ -53,8 +53,9 @@ class _Replica:
     name: str
     replay: _Replay
     fast: FastForward | None
-    fresh: set[str] = attrs.field(factory=set)
-    """Requests admitted here and neither scheduled nor finished yet (a rejection shows here)."""
+    fresh: dict[str, None] = attrs.field(factory=dict)
+    """Requests admitted here and neither scheduled nor finished yet (a rejection shows here),
+    in admission order (retries are routed in it, whatever the hash seed)."""
 
     @property
     def clock(self) -> float:
@@ -127,7 +128,7 @@ class _Cluster:
             harness.clock.set(max(harness.clock.now(), now))
         request = self.trace.requests[index]
         replica.replay.admit(index, request)
-        replica.fresh.add(request.request_id)
+        replica.fresh[request.request_id] = None
         self.owner[request.request_id] = replica.name
 
     def reject_at_router(self, request: TraceRequest, decision: ClusterDecision,
@@ -165,7 +166,7 @@ class _Cluster:
             record = records[req_id]
             if record.outcome is None and record.first_scheduled_s is None:
                 continue
-            replica.fresh.discard(req_id)
+            del replica.fresh[req_id]
             if record.outcome != "rejected":
                 continue
             index = self.index_of[req_id]
