@@ -149,6 +149,6 @@ def assert_drained(scheduler: Any) -> None:
     assert not scheduler.failed_recving_kv_req_ids
     assert not scheduler.has_requests()
     if isinstance(scheduler, PolicySchedulerMixin):
-        assert not scheduler._tracked and not scheduler._rejected
-        assert not scheduler.waiting._popped and not scheduler._charged_on_dispatch
+        assert not scheduler._tracked and not scheduler.arrivals.rejected
+        assert not scheduler.waiting._popped and not scheduler.accounting.charged_on_dispatch
         assert policy_tracking(scheduler) == {}

@@ -24,6 +24,10 @@ Seams (see docs/concepts.md), all on our own instance, none patching vLLM:
   it), everything else at the end of the step; a request vLLM pops only to skip
   it costs nothing.
 
+The seams' logic lives in three plain objects the mixin delegates to: `Ordering`
+(queue keys, running order, slot preemption's queue moves), `Arrivals` (admission,
+rank keys, expiry, rejections) and `Accounting` (token caps, quotas, charges).
+
 Optional features (eviction order, cache warming, draft budget, start gate, step
 log) are `SchedulerHook`\ s (`integrations.vllm_v1.hooks`), built from
 the pipeline's slots by `integrations.vllm_v1.scheduling.features`. The pipeline is
@@ -36,8 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import operator
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -49,8 +51,11 @@ from integrations.vllm_v1.hooks import HookTable
 from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.rejection import Rejection
+from integrations.vllm_v1.scheduling.accounting import Accounting
+from integrations.vllm_v1.scheduling.arrivals import Arrivals
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
 from integrations.vllm_v1.scheduling.features import feature_hooks
+from integrations.vllm_v1.scheduling.ordering import Ordering, Tracked, stock_priority_key
 from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
 from integrations.vllm_v1.scheduling.views import request_metadata, request_view
 from integrations.vllm_v1.vllm_surface.names import (
@@ -65,61 +70,16 @@ from integrations.vllm_v1.vllm_surface.names import (
 )
 from policies import (
     InvalidRequestMetadata,
-    KVBlockQuota,
     LifecycleObserver,
     LoadSnapshot,
     RequestMetadata,
     RequestView,
-    TenantUsage,
 )
-from policies.cache_aware import LoadAwareRanking
 
 _LOG = logging.getLogger("vllm.llm_serving_policies")
 """Under vLLM's logger, so the engine's own log configuration shows it."""
 PREEMPTION_LOOKAHEAD = 16
 """How many waiting requests, in queue order, the ``preemption`` policy sees in a step."""
-
-
-@attrs.frozen
-class _Tracked:
-    metadata: RequestMetadata
-    rank_key: float
-    admitted: RequestView
-    """The view on admission, with the prefix-cache hit then (looked up for a
-    `LoadAwareRanking` only); what level policies see (they read identity, not progress)."""
-    requeue_key: tuple[int, float] | None = None
-    """Set when the request was preempted for another: its queue key from then on (just
-    behind that request's)."""
-
-
-def _stock_priority_key(request: Request) -> tuple[int, float, str]:
-    """vLLM's priority order (`Request.__lt__`): priority, then arrival, then request id."""
-    return request.priority, request.arrival_time, request.request_id
-
-
-@attrs.frozen
-class _Rejected:
-    request: Request
-    rejection: Rejection
-
-
-def _sort_number(value: object, what: str) -> float:
-    """``value`` if it is a number a queue can sort by (an int or float, not NaN).
-
-    Raises:
-        TypeError: for anything else (None, a bool, a string, NaN), so that a policy's
-            invalid answer is contained like its exception.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            isinstance(value, float) and math.isnan(value)):
-        raise TypeError(f"{what} must be a number (not NaN), got {value!r}")
-    return value
-
-
-def _prefill_part(tokens: int, prompt_tokens: int, computed_tokens: int) -> int:
-    """How many of ``tokens`` scheduled after ``computed_tokens`` fall inside the prompt."""
-    prompt_left = prompt_tokens - computed_tokens
-    return 0 if prompt_left <= 0 else tokens if tokens < prompt_left else prompt_left
 
 
 def check_scheduling_policy(pipeline: Pipeline, policy: str) -> None:
@@ -141,6 +101,7 @@ def check_scheduling_policy(pipeline: Pipeline, policy: str) -> None:
             "request's priority, e.g. QoSRanker) or the identity pipeline.")
 
 
+
 class PolicySchedulerMixin:
     """The pipeline seams; mixed into `Scheduler` and `AsyncScheduler`."""
 
@@ -152,36 +113,30 @@ class PolicySchedulerMixin:
         """Same clock as ``Request.arrival_time``; the replay swaps in a virtual one."""
         self.metrics = PolicyMetrics.from_environment()
         """The pipeline's Prometheus metrics, or None when no multiprocess directory is set."""
-        self._tracked: dict[str, _Tracked] = {}
-        self._rejected: list[_Rejected] = []
+        self._tracked: dict[str, Tracked] = {}
         self._load: LoadSnapshot | None = None
         self._now = 0.0
         self._step_views: dict[str, RequestView] = {}
-        self._waiting_grants: dict[str, tuple[int, int]] = {}
-        """This step's ``(computed, new tokens)`` offer to each waiting request vLLM considered."""
-        self._charged_on_dispatch: set[str] = set()
-        self._quota_usage: tuple[dict[str, int], dict[str, int]] | None = None
-        """Running requests and KV blocks per tenant while a step picks (quotas only)."""
         self._configured_active_limit = self.max_num_active_reqs
         self._observers = [p for p in pipeline.policies if isinstance(p, LifecycleObserver)]
-        self._deadlines = pipeline.deadline_policy
-        self._block_quota = (pipeline.watermarks if isinstance(pipeline.watermarks, KVBlockQuota)
-                             else None)
-        self._ranks_under_load = isinstance(pipeline.ranking, LoadAwareRanking)
-        self._static_service_keys = (pipeline.fairness is None and pipeline.levels is None
-                                     and self._deadlines is None)
-        """Whether `_service_key` is the rank key alone (`_sort_running` is incremental)."""
-        self._hits_on_arrival = self._ranks_under_load or any(
-            getattr(p, "reads_prefix_hits", False) for p in pipeline.policies)
-        """Whether a policy reads the arrival's prefix-cache hit (`RequestView.cached_tokens`)."""
-        self._own_queue_order = self._honours_pipeline_order()
-        queue_key = self._queue_key if self._own_queue_order else _stock_priority_key
         self.faults = PolicyFaults(pipeline.policies, self.metrics)
         """Policy exceptions contained so far (`PolicyFaults`)."""
+        self.ordering = Ordering(pipeline=pipeline, tracked=self._tracked, faults=self.faults,
+                                 own_queue_order=self._honours_pipeline_order())
+        """Queue keys, the running order and slot preemption's queue moves (`Ordering`)."""
+        self.arrivals = Arrivals(pipeline=pipeline, load_snapshot=self.load_snapshot,
+                                 faults=self.faults, metrics=self.metrics)
+        """Admission, rank keys, expiry and pending rejections (`Arrivals`)."""
+        self.accounting = Accounting(pipeline=pipeline, tracked=self._tracked, engine=self,
+                                     view=self._view, faults=self.faults, metrics=self.metrics)
+        """Token caps, quotas and charges (`Accounting`)."""
+        queue_key = (self.ordering.queue_key if self.ordering.own_queue_order
+                     else stock_priority_key)
+        accounting = self.accounting
         self.waiting = PolicyRequestQueue(
             queue_key, self._tenant_of, pipeline.fairness,
-            self._tenants_under_quota if pipeline.quotas is not None else None,
-            self._charge_dispatched, on_fault=self.faults.record)
+            accounting.tenants_under_quota if pipeline.quotas is not None else None,
+            accounting.charge_dispatched, on_fault=self.faults.record)
         self.kv_holding_waiting = PolicyRequestQueue(queue_key)
         self.hooks = HookTable(feature_hooks(self))
         """The optional features this pipeline turns on (`SchedulerHook`)."""
@@ -201,7 +156,7 @@ class PolicySchedulerMixin:
         check_scheduling_policy(self.pipeline, self.scheduler_config.policy)
         return self.scheduler_config.policy != "priority"
 
-    # -- views, keys and load -------------------------------------------------
+    # -- views and load ---------------------------------------------------------
 
     def _view(self, request: Request) -> RequestView:
         """The request's view as of the start of this step (built at most once per step)."""
@@ -218,76 +173,6 @@ class PolicySchedulerMixin:
 
     def _tenant_of(self, request: Request) -> str:
         return self._tracked[request.request_id].metadata.tenant
-
-    def _queue_key(self, request: Request) -> tuple[int, float]:
-        levels = self.pipeline.levels
-        tracked = self._tracked[request.request_id]
-        if tracked.requeue_key is not None:
-            return tracked.requeue_key
-        if levels is None:
-            return 0, tracked.rank_key
-        try:
-            return _sort_number(levels.level(tracked.admitted), "level"), tracked.rank_key
-        except Exception as error:  # noqa: BLE001 - contained: level 0
-            self.faults.record("levels", error, levels)
-            return 0, tracked.rank_key
-
-    def _sort_running(self) -> None:
-        """Service order, front first: `_service_key` (vLLM preempts from the tail).
-
-        Incremental where that key is the rank key alone (no fairness, levels or deadlines:
-        fixed on admission): the list is re-sorted only when it is out of order, i.e. when
-        a request started or resumed behind one it ranks before (or vLLM reordered it); a
-        stable sort would leave a sorted list as it is, so the order is the same.
-        """
-        tracked = self._tracked
-        if self._static_service_keys:
-            keys = [tracked[r.request_id].rank_key for r in self.running]
-            if not all(map(operator.le, keys, keys[1:])):
-                self.running.sort(key=lambda request: tracked[request.request_id].rank_key)
-            return
-        self.running.sort(key=self._service_key())
-
-    def _service_key(self) -> Callable[[Request], tuple]:
-        """A running request's service key at this step: on time before late, then the
-        tenant's fairness counter, the level and the rank key."""
-        tracked, deadlines, now = self._tracked, self._deadlines, self._now
-        fairness, levels = self.pipeline.fairness, self.pipeline.levels
-        counters: dict[str, float] = {}  # one lookup per tenant
-
-        def key(request: Request) -> tuple:
-            entry = tracked[request.request_id]
-            tenant = entry.metadata.tenant
-            counter = counters.get(tenant)
-            if counter is None:
-                counter = counters[tenant] = fairness.counter(tenant) if fairness else 0.0
-            return (deadlines.is_late(self._view(request), now) if deadlines else False,
-                    counter, levels.level(entry.admitted) if levels else 0, entry.rank_key)
-
-        return key
-
-    def _tenants_under_quota(self, backlogged: list[str]) -> list[str]:
-        """The pipeline's quotas over the running requests as they stand (during a step too).
-
-        A request's KV blocks are counted as its computed tokens over the block size, so
-        prefix blocks shared by several requests count once per request. The running list
-        is scanned once per step; requests started since are added as they are dispatched.
-        """
-        if self._quota_usage is None:
-            self._quota_usage = {}, {}
-            for request in self.running:
-                self._add_quota_usage(request)
-        running, blocks = self._quota_usage
-        usage = TenantUsage(running_requests=running, kv_blocks=blocks,
-                            max_running_requests=self.max_num_running_reqs,
-                            total_kv_blocks=self.kv_cache_config.num_blocks)
-        return self.pipeline.quotas.eligible(backlogged, usage)
-
-    def _add_quota_usage(self, request: Request) -> None:
-        running, blocks = self._quota_usage
-        tenant = self._tenant_of(request)
-        running[tenant] = running.get(tenant, 0) + 1
-        blocks[tenant] = blocks.get(tenant, 0) - (-request.num_computed_tokens // self.block_size)
 
     def step_load(self) -> LoadSnapshot:
         """The load as this step began (computed at most once per step)."""
@@ -326,43 +211,19 @@ class PolicySchedulerMixin:
             self._reject(request, Rejection(reason="invalid_metadata", detail=str(error)))
             return
         view = request_view(request, metadata)
-        if self._hits_on_arrival:  # looked up once, for every policy that reads it
+        if self.arrivals.reads_hits:  # looked up once, for every policy that reads it
             view = attrs.evolve(view, cached_tokens=cached_prefix_tokens(self.kv_cache_manager,
                                                                          request))
         now = self.clock()
-        try:
-            rejection = self._admission(view, now)
-        except Exception as error:  # noqa: BLE001 - contained: admitted, as stock vLLM would
-            self.faults.record("admission", error)
-            rejection = None
+        rejection = self.arrivals.verdict(view, now)
         if rejection is not None:
             self._reject(request, rejection)
             return
-        try:
-            rank_key = self._rank(view, now)
-            rank_key = _sort_number(rank_key, "rank key")
-        except Exception as error:  # noqa: BLE001 - contained: arrival order (stock fcfs)
-            self.faults.record("ranking", error, self.pipeline.ranking)
-            rank_key = request.arrival_time
-        self._tracked[request.request_id] = _Tracked(metadata, rank_key, view)
+        rank_key = self.arrivals.rank_key(view, request.arrival_time, now)
+        self._tracked[request.request_id] = Tracked(metadata, rank_key, view)
         super().add_request(request)
         self._call("on_admitted", self.hooks.on_admitted, request, metadata.tenant)
         self._call("observers", [o.on_admitted for o in self._observers], view, now)
-
-    def _admission(self, view: RequestView, now: float) -> Rejection | None:
-        gates = [g for g in (self.pipeline.admission, self.pipeline.watermarks) if g is not None]
-        load = self.load_snapshot(now) if gates else None
-        for gate in gates:
-            decision = gate.admit(view, load)
-            if not decision.admitted:
-                return Rejection.from_decision(decision)
-        return None
-
-    def _rank(self, view: RequestView, now: float) -> float:
-        ranking = self.pipeline.ranking
-        if not self._ranks_under_load:
-            return ranking.rank_key(view)
-        return ranking.rank_key_under_load(view, self.load_snapshot(now))  # the hit is in view
 
     def _call(self, seam: str, calls: Any, *args: Any) -> None:
         """Call each of ``calls`` with ``args``; a raise is contained and the others still run."""
@@ -373,22 +234,19 @@ class PolicySchedulerMixin:
                 self.faults.record(seam, error)
 
     def _reject(self, request: Request, rejection: Rejection) -> None:
-        self._rejected.append(_Rejected(request, rejection))
-        if self.metrics is not None:
-            self.metrics.rejected(rejection.reason)
+        self.arrivals.reject(request, rejection)
         self._call("on_rejected", self.hooks.on_rejected, request, rejection)
 
     def _expire_waiting(self) -> None:
         """Drop waiting requests at the head of their queue whose deadline can no longer be met."""
-        while expired := [r for r in self.waiting.heads()
-                          if self._deadlines.is_expired(self._view(r), self._now)]:
+        while expired := self.arrivals.expired(self.waiting.heads(), self._view, self._now):
             for request in expired:
                 self._reject(request, Rejection(reason="deadline_expired"))
             self.finish_requests([r.request_id for r in expired],
                                  RequestStatus.FINISHED_ABORTED)
 
     def has_requests(self) -> bool:
-        return (bool(self._rejected) or super().has_requests()
+        return (bool(self.arrivals.rejected) or super().has_requests()
                 or any(self._pending(pending) for pending in self.hooks.pending))
 
     def _pending(self, pending: Callable[[], bool]) -> bool:
@@ -407,8 +265,7 @@ class PolicySchedulerMixin:
         self._call("before_update", self.hooks.before_update, scheduler_output,
                    model_runner_output)
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        rejected, self._rejected = self._rejected, []
-        for entry in rejected:
+        for entry in self.arrivals.take_rejected():
             batch = outputs.setdefault(entry.request.client_index, EngineCoreOutputs())
             batch.outputs.append(
                 EngineCoreOutput(
@@ -429,15 +286,15 @@ class PolicySchedulerMixin:
     def schedule(self, throttle_prefills: bool = False) -> Any:
         now = self._now = self.clock()
         self._step_views.clear()  # a view shows a request as it stands before the step
-        self._waiting_grants.clear()
-        self._quota_usage = None
+        self.accounting.begin_step()
         self.max_num_active_reqs = self._configured_active_limit
         self._load = None
         try:
-            if self._deadlines is not None:
+            if self.arrivals.deadlines is not None:
                 self._expire_waiting()
-            if self.pipeline.reorders_requests or self._deadlines is not None:
-                self._sort_running()  # a raising key leaves the list as it was (stock order)
+            if self.pipeline.reorders_requests or self.ordering.deadlines is not None:
+                # a raising key leaves the list as it was (stock order)
+                self.ordering.sort_running(self.running, self._view, now)
             if self.pipeline.rate is not None:
                 self._load = self.load_snapshot(now)
         except Exception as error:  # noqa: BLE001 - contained: vLLM's order this step
@@ -454,12 +311,9 @@ class PolicySchedulerMixin:
         preempted for (the beneficiary) takes its slot in this very step.
 
         The beneficiary moves to the head of the waiting queue and the victim queues right
-        behind it, ahead of the rest (as vLLM re-queues its own victims at the front), by
-        queue keys that stay with them. Where the order is not the pipeline's to change
-        (vLLM's ``priority`` policy, or a fairness policy picking the tenant served next),
-        the queue keeps it, and only a beneficiary at its head is served. Not done with a KV
-        connector (a transfer may hold the victim's blocks) or while the victim's blocks
-        cannot be freed yet; a raising policy is contained (seam ``preemption``).
+        behind it (`Ordering.queue_preemption_pair`). Not done with a KV connector (a
+        transfer may hold the victim's blocks) or while the victim's blocks cannot be freed
+        yet; a raising policy is contained (seam ``preemption``).
         """
         policy = self.pipeline.preemption
         if (policy is None or not self.waiting or self.connector is not None
@@ -477,18 +331,8 @@ class PolicySchedulerMixin:
                 or beneficiary.status is RequestStatus.RUNNING
                 or not self._request_blocks_can_be_freed(victim)):
             return
-        reorder = self._own_queue_order and self.pipeline.fairness is None
-        head = self.waiting.peek_request()
-        if beneficiary is not head:
-            if not reorder:
-                return
-            level, rank_key = self.waiting.key(head)
-            self.waiting.remove_request(beneficiary)
-            self._requeue(beneficiary, (level, math.nextafter(rank_key, -math.inf)))
-            self.waiting.prepend_request(beneficiary)
-        if reorder:
-            level, rank_key = self.waiting.key(beneficiary)
-            self._requeue(victim, (level, math.nextafter(rank_key, math.inf)))
+        if not self.ordering.queue_preemption_pair(self.waiting, victim, beneficiary):
+            return
         self.running.remove(victim)
         # A same-step resume must resend the victim's tokens, as after vLLM's own forced
         # preemption (``reset_prefix_cache``); an in-flight output of it is dropped.
@@ -497,11 +341,6 @@ class PolicySchedulerMixin:
         self._call("preemption", [policy.on_preempted], choice)
         if self.metrics is not None:
             self.metrics.slot_preempted(self._tenant_of(victim))
-
-    def _requeue(self, request: Request, key: tuple[int, float]) -> None:
-        """``request``'s queue key from now on (set before it is queued)."""
-        self._tracked[request.request_id] = attrs.evolve(self._tracked[request.request_id],
-                                                         requeue_key=key)
 
     def _refresh_metrics(self) -> None:
         """Gauges after a step: when due, and always in the step that leaves no request
@@ -513,7 +352,7 @@ class PolicySchedulerMixin:
         metrics.refresh(
             waiting=((self._tenant_of(r), self.waiting.key(r)[0]) for r in self.waiting),
             running=(self._tenant_of(r) for r in self.running),
-            fairness=self.pipeline.fairness, watermarks=self._block_quota,
+            fairness=self.pipeline.fairness, watermarks=self.accounting.block_quota,
             kv_usage=self.kv_cache_manager.usage)
         self._call("refresh_metrics", self.hooks.refresh_metrics, metrics)
 
@@ -521,69 +360,11 @@ class PolicySchedulerMixin:
                                    num_new_tokens: int) -> int:
         num_new_tokens = super()._reserve_prefill_lookahead(
             request, num_computed_tokens, num_new_tokens)
-        if num_computed_tokens < request.num_prompt_tokens:  # decodes are never capped
-            try:
-                num_new_tokens = self._capped_tokens(request, num_computed_tokens,
-                                                     num_new_tokens)
-            except Exception as error:  # noqa: BLE001 - contained: uncapped
-                self.faults.record("token_cap", error)
-        if request.status is not RequestStatus.RUNNING:  # what it gets if vLLM now pops it
-            self._waiting_grants[request.request_id] = (num_computed_tokens, num_new_tokens)
-        return num_new_tokens
-
-    def _capped_tokens(self, request: Request, num_computed_tokens: int,
-                       num_new_tokens: int) -> int:
-        """A prefill chunk of ``num_new_tokens`` under the rate cap and the KV-block quota."""
-        caps = [cap for cap in (self._rate_cap(request),
-                                self._kv_quota_cap(request, num_computed_tokens))
-                if cap is not None]
-        if not caps:
-            return num_new_tokens
-        # A running request may be skipped this step (0); a waiting one would end vLLM's
-        # waiting pass for everyone behind it, so it keeps at least one token.
-        floor = 0 if request.status == RequestStatus.RUNNING else 1
-        capped = min(num_new_tokens, max(min(caps), floor))
-        if self.metrics is not None and capped < num_new_tokens:
-            self.metrics.throttled(self._tenant_of(request), num_new_tokens - capped)
-        return capped
-
-    def _rate_cap(self, request: Request) -> int | None:
-        if self.pipeline.rate is None:
-            return None
-        return self.pipeline.rate.token_cap(self._view(request), self.step_load())
-
-    def _kv_quota_cap(self, request: Request, num_computed_tokens: int) -> int | None:
-        """Prefill tokens left under the request's KV-block quota (`KVBlockQuota.block_quota`).
-
-        The head of the running list is exempt (as is a request when nothing runs), so one
-        request always progresses, finishes and frees blocks: quotas cannot stall the engine.
-        With nothing waiting as the step began there is no one to leave blocks for, and no
-        quota applies (a long prompt is not held back on a cache full of running work).
-        """
-        if (self._block_quota is None or not self.running or self.running[0] is request
-                or not self.step_load().waiting_requests):
-            return None
-        quota_blocks = self._block_quota.block_quota(self._view(request),
-                                                     self.kv_cache_manager.usage)
-        if quota_blocks is None:
-            return None
-        return max(0, quota_blocks * self.block_size - num_computed_tokens)
-
-    def _charge_dispatched(self, tenant: str, request: Request) -> None:
-        """Charge ``tenant`` for a request popped from the waiting queue, if vLLM started it."""
-        grant = self._waiting_grants.get(request.request_id)
-        if grant is None or request.status is not RequestStatus.RUNNING:
-            return  # popped only to be skipped this step
-        computed, tokens = grant
-        prefill = _prefill_part(tokens, request.num_prompt_tokens, computed)
-        self.pipeline.fairness.charge(tenant, input_tokens=prefill, output_tokens=tokens - prefill)
-        self._charged_on_dispatch.add(request.request_id)
-        if self._quota_usage is not None:  # it runs now: the next pick's quotas count it
-            self._add_quota_usage(request)
+        return self.accounting.token_cap(request, num_computed_tokens, num_new_tokens)
 
     def _update_after_schedule(self, scheduler_output: Any) -> None:
         self.waiting.settle()
-        self._quota_usage = None  # the step's picks are over
+        self.accounting.end_picks()
         try:
             self._after_step(scheduler_output)
         except Exception as error:  # noqa: BLE001 - contained: this step is not accounted
@@ -593,7 +374,8 @@ class PolicySchedulerMixin:
     def _after_step(self, scheduler_output: Any) -> None:
         pipeline = self.pipeline
         if pipeline.rate or pipeline.levels or pipeline.fairness:
-            self._account_service(scheduler_output.num_scheduled_tokens)
+            self.accounting.account_service(scheduler_output.num_scheduled_tokens,
+                                            self._step_views, self._now)
         for new in scheduler_output.scheduled_new_reqs if self._observers else ():
             view = self._view(self.requests[new.req_id])
             self._call("observers", [o.on_first_scheduled for o in self._observers], view,
@@ -602,32 +384,6 @@ class PolicySchedulerMixin:
             request = self.requests[new.req_id]  # hit rate by tenant: cached before this step
             self.metrics.prefix_hits(self._tenant_of(request), request.num_prompt_tokens,
                                      new.num_computed_tokens)
-
-    def _account_service(self, num_scheduled_tokens: dict[str, int]) -> None:
-        """Tell rate, levels and fairness what each request got this step (one pass, no view
-        built for a plain decode: the hot path of a step with hundreds decoding)."""
-        rate, levels, fairness = self.pipeline.rate, self.pipeline.levels, self.pipeline.fairness
-        requests, tracked, step_views = self.requests, self._tracked, self._step_views
-        charged, now = self._charged_on_dispatch, self._now
-        served: dict[str, list[int]] = {}  # tenant -> [prefill, decoded] not yet charged
-        for req_id, tokens in num_scheduled_tokens.items():
-            request, entry = requests[req_id], tracked[req_id]
-            view = step_views.get(req_id)
-            prefill = _prefill_part(tokens, request.num_prompt_tokens,
-                                   view.computed_tokens if view else request.num_computed_tokens)
-            if rate is not None and prefill:  # only prefills are rate-limited
-                rate.on_scheduled(self._view(request), tokens, now)
-            if levels is not None:
-                levels.on_scheduled(entry.admitted, tokens, now)
-            if fairness is not None and req_id not in charged:
-                tenant_served = served.get(entry.metadata.tenant)
-                if tenant_served is None:
-                    tenant_served = served[entry.metadata.tenant] = [0, 0]
-                tenant_served[0] += prefill
-                tenant_served[1] += tokens - prefill
-        for tenant, (prefill, decoded) in served.items():
-            fairness.charge(tenant, input_tokens=prefill, output_tokens=decoded)
-        charged.clear()
 
     def _preempt_request(self, request: Request, timestamp: float,
                          drop_stale_output: bool = False) -> None:

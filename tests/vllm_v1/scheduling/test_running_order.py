@@ -18,7 +18,7 @@ def scheduler():
                                      shape=EngineShape(num_blocks=256, max_num_seqs=REQUESTS))
     for i in range(REQUESTS):
         harness.add_request(f"r{i}", [7 + i] * 20, 4, priority=i % 3, arrival_s=float(i // 4))
-    assert harness.scheduler._static_service_keys
+    assert harness.scheduler.ordering.static_service_keys
     return harness.scheduler
 
 
@@ -44,6 +44,7 @@ def test_incremental_order_equals_the_full_sort(scheduler, start, steps, sort_ev
             i, j = a % len(running), b % len(running)
             running[i], running[j] = running[j], running[i]
         if n % sort_every == 0:
-            expected = sorted(running, key=scheduler._service_key())  # today's order
-            scheduler._sort_running()
+            ordering = scheduler.ordering
+            expected = sorted(running, key=ordering.service_key(scheduler._view, 0.0))  # full sort
+            ordering.sort_running(scheduler.running, scheduler._view, 0.0)
             assert scheduler.running == expected
