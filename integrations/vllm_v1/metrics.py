@@ -18,31 +18,15 @@ Metrics (tenant labels beyond ``MAX_TENANT_LABELS`` distinct tenants read ``othe
 * ``policies:prefix_cache_prompt_tokens_total{tenant}`` and
   ``policies:prefix_cache_hit_tokens_total{tenant}``: prompt tokens of requests scheduled for
   the first time, and those served from the prefix cache (hit rate by tenant = their ratio)
-* with an ``eviction`` order that has ``stats()`` (`SegmentedLRU`):
-  ``policies:kv_evictable_blocks{segment}`` (segment sizes),
-  ``policies:kv_evictions_total{segment}`` (evictions by the segment they came from:
-  ``uncached``, ``orphan``, ``probation``, ``protected``),
-  ``policies:kv_retained_blocks_total{reason}`` (``preempted``: the preemption shield;
-  ``cancelled``: cancellation-aware retention) and
-  ``policies:kv_demoted_blocks_total{reason}`` (``overflow``: PROTECTED over its share;
-  ``stale``: an old prompt version); with session pins (`DuelingSLRU`) also
-  ``policies:kv_session_pins_total{event}`` (``pinned``: blocks pinned for a session's next
-  turn; ``hit``: prefix hits on blocks pins held past their place, the hits pins bought;
-  ``expired``: pins whose predicted gap passed; ``refused``: blocks not pinned, the pinned
-  share being full or pins off; ``paused``: times judged pins stopped, the shadow LRU
-  having out-hit its pinning twin), ``policies:kv_session_pinned_blocks{tenant}`` (blocks
-  holding a pin, by the tenant charged for them) and the ``pinned`` segment of the two
-  metrics above (pinned blocks held past their place); with waiting-queue awareness
-  (`SegmentedLRU.keep_waiting`) the ``wanted`` segment (blocks a waiting request will hit)
-  and ``policies:kv_wanted_hits_total{queue="waiting"}`` (prefix hits on them)
-
 Features that plug in as hooks declare their own series next to their hook and set them
 through the generic verbs here (`Series`, `PolicyMetrics.set`, ``show``, ``count``,
 ``count_to``), from their policy's ``stats()`` in `SchedulerHook.refresh_metrics`:
 ``policies:step_model_*`` (`integrations.vllm_v1.slo.step_timing`), ``policies:slo_*``
 (`integrations.vllm_v1.slo.admission_metrics`), ``policies:decode_step_bound_seconds`` and
 ``policies:start_gate_held_by_step_total`` (`integrations.vllm_v1.scheduling.start_gate`),
-``policies:spec_draft_tokens_withheld_total`` (`integrations.vllm_v1.speculative.budget`).
+``policies:spec_draft_tokens_withheld_total`` (`integrations.vllm_v1.speculative.budget`),
+``policies:kv_*`` of the eviction order (`integrations.vllm_v1.cache.eviction_metrics`),
+``policies:cache_warm_*_total`` (`integrations.vllm_v1.cache.warming`).
 
 Gauges are refreshed at most once per ``refresh_interval_s`` of the scheduler's clock;
 counters as events happen.
@@ -58,7 +42,7 @@ import attrs
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client import Counter as PromCounter
 
-from policies import EvictionStats, FairnessPolicy, KVBlockQuota
+from policies import FairnessPolicy, KVBlockQuota
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MAX_TENANT_LABELS = 64
@@ -114,39 +98,10 @@ class PolicyMetrics:
         self._hit_tokens = PromCounter("policies:prefix_cache_hit_tokens",
                                        "Prompt tokens served from the prefix cache, by tenant",
                                        ["tenant"], registry=registry)
-        self._evictable = Gauge("policies:kv_evictable_blocks",
-                                "Evictable prefix-cache blocks, by eviction segment",
-                                ["segment"], registry=registry, multiprocess_mode="mostrecent")
-        self._evictions = PromCounter("policies:kv_evictions", "Blocks evicted, by segment",
-                                      ["segment"], registry=registry)
-        self._retained = PromCounter("policies:kv_retained_blocks",
-                                     "Freed blocks kept as protected, by reason",
-                                     ["reason"], registry=registry)
-        self._demoted = PromCounter("policies:kv_demoted_blocks",
-                                    "Blocks demoted out of the protected segment, by reason",
-                                    ["reason"], registry=registry)
-        self._pins = PromCounter("policies:kv_session_pins",
-                                 "Session pins of finished turns' blocks, by event",
-                                 ["event"], registry=registry)
-        self._pinned_by_tenant = Gauge("policies:kv_session_pinned_blocks",
-                                       "Blocks held by session pins, by the tenant charged",
-                                       ["tenant"], registry=registry,
-                                       multiprocess_mode="mostrecent")
-        self._wanted_hits = PromCounter("policies:kv_wanted_hits",
-                                        "Prefix hits on blocks kept for a waiting request",
-                                        ["queue"], registry=registry)
-        self._warm_requests = PromCounter("policies:cache_warm_requests",
-                                          "Warm-up requests for hot prompt prefixes",
-                                          registry=registry)
-        self._warm_tokens = PromCounter("policies:cache_warm_tokens",
-                                        "Prompt tokens prefilled by warm-up requests",
-                                        registry=registry)
         self._faults = PromCounter("policies:policy_faults",
                                    "Exceptions a policy raised, contained (stock fallback), "
                                    "by policy, seam and exception type",
                                    ["policy", "seam", "exception"], registry=registry)
-        self._eviction_seen: dict[tuple[str, str], int] = {}
-        """(label, value) -> the eviction order's total already counted."""
         self._shown: dict[Gauge, set[tuple[str, ...]]] = {}
         self._series: dict[str, Gauge | PromCounter] = {}
         """A feature's series by name, created on first use (`declare`)."""
@@ -181,49 +136,11 @@ class PolicyMetrics:
     def slot_preempted(self, tenant: str) -> None:
         self._slot_preemptions.labels(tenant=self.tenant_label(tenant)).inc()
 
-    def warmed(self, tokens: int) -> None:
-        """A warm-up request of ``tokens`` prompt tokens was added."""
-        self._warm_requests.inc()
-        self._warm_tokens.inc(tokens)
-
     def prefix_hits(self, tenant: str, prompt_tokens: int, hit_tokens: int) -> None:
         """A request of ``tenant`` was scheduled for the first time with ``hit_tokens`` cached."""
         label = self.tenant_label(tenant)
         self._prompt_tokens.labels(tenant=label).inc(prompt_tokens)
         self._hit_tokens.labels(tenant=label).inc(min(hit_tokens, prompt_tokens))
-
-    def eviction(self, stats: EvictionStats) -> None:
-        """Set the eviction gauges and advance its counters to the order's totals."""
-        self._evictable.labels(segment="uncached").set(stats.uncached_blocks)
-        self._evictable.labels(segment="orphan").set(stats.orphan_blocks)
-        self._evictable.labels(segment="probation").set(stats.probation_blocks)
-        self._evictable.labels(segment="protected").set(stats.protected_blocks)
-        self._evictable.labels(segment="pinned").set(stats.pinned_blocks)
-        self._evictable.labels(segment="wanted").set(stats.wanted_blocks)
-        totals = [(self._evictions, "segment", name, n) for name, n in stats.evictions_by_segment]
-        totals += [(self._retained, "reason", "preempted", stats.shielded),
-                   (self._retained, "reason", "cancelled", stats.retained_cancelled),
-                   (self._demoted, "reason", "overflow", stats.demotions),
-                   (self._demoted, "reason", "stale", stats.demoted_stale),
-                   (self._pins, "event", "pinned", stats.pins),
-                   (self._pins, "event", "hit", stats.pin_hits),
-                   (self._pins, "event", "expired", stats.pins_expired),
-                   (self._pins, "event", "refused", stats.pins_refused),
-                   (self._pins, "event", "paused", stats.pin_pauses),
-                   (self._wanted_hits, "queue", "waiting", stats.wanted_hits)]
-        for counter, label, value, total in totals:  # counters follow the order's totals
-            key = (label, value)  # every segment and reason name is distinct
-            delta = total - self._eviction_seen.get(key, 0)
-            if delta > 0:
-                counter.labels(**{label: value}).inc(delta)
-                self._eviction_seen[key] = total
-
-    def session_pins(self, by_tenant: Mapping[str | None, int]) -> None:
-        """Set the blocks session pins hold, by tenant (None: no tenant known)."""
-        values: Counter[tuple[str, ...]] = Counter()
-        for tenant, blocks in by_tenant.items():
-            values[(self.tenant_label(tenant) if tenant is not None else "none",)] += blocks
-        self._show(self._pinned_by_tenant, values)
 
     def declare(self, *series: Series) -> None:
         """Create ``series`` now, so that those without labels read 0 until first set."""

@@ -54,7 +54,9 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
+from integrations.vllm_v1.cache.eviction_metrics import report_eviction, report_session_pins
 from integrations.vllm_v1.hooks import SchedulerHook
+from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.vllm_surface.names import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
@@ -376,11 +378,11 @@ class EvictionHook(SchedulerHook):
             if session is not None:  # session pins: keep the turn's blocks for the next one
                 self._turns.turn_finished(session, _block_keys(request), self._scheduler.clock())
 
-    def refresh_metrics(self, metrics: Any) -> None:
+    def refresh_metrics(self, metrics: PolicyMetrics) -> None:
         if self._stats is not None:
-            metrics.eviction(self._stats())
+            report_eviction(metrics, self._stats())
         if self._turns is not None:
-            metrics.session_pins(self._turns.pins_by_tenant())
+            report_session_pins(metrics, self._turns.pins_by_tenant())
 
 
 def _block_keys(request: Any) -> list[Hashable]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
+from integrations.vllm_v1.metrics import Series
 from integrations.vllm_v1.vllm_surface.names import (
     Request,
     SamplingParams,
@@ -34,6 +35,10 @@ WARM_ID_PREFIX = "warm-"
 WARM_TENANT = "warming"
 WARM_PRIORITY = 20
 """vLLM's lowest-urgency priority value: warming yields to every real request."""
+WARM_REQUESTS = Series("policies:cache_warm_requests", "Warm-up requests for hot prompt prefixes",
+                       counter=True)
+WARM_TOKENS = Series("policies:cache_warm_tokens", "Prompt tokens prefilled by warm-up requests",
+                     counter=True)
 
 
 class CacheWarmingHook(SchedulerHook):
@@ -46,6 +51,8 @@ class CacheWarmingHook(SchedulerHook):
         counted on the scheduler's metrics, if any."""
         self.scheduler = scheduler
         self.metrics = scheduler.metrics
+        if self.metrics is not None:
+            self.metrics.declare(WARM_REQUESTS, WARM_TOKENS)
         self.warmer = warmer
         state_path = scheduler.pipeline.warming_state_path
         self.state_path = Path(state_path) if state_path else None
@@ -103,7 +110,8 @@ class CacheWarmingHook(SchedulerHook):
         for prefix in chosen:
             self.scheduler.add_request(self._warm_request(prefix, now))
             if self.metrics is not None:
-                self.metrics.warmed(len(prefix.tokens))
+                self.metrics.count(WARM_REQUESTS)
+                self.metrics.count(WARM_TOKENS, len(prefix.tokens))
         if not chosen:
             self._pending = False
 

@@ -3,6 +3,7 @@
 from prometheus_client import CollectorRegistry
 
 from integrations.vllm_v1 import Pipeline
+from integrations.vllm_v1.cache.eviction_metrics import report_eviction
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.metrics import PolicyMetrics
 from policies import SegmentedLRU
@@ -18,7 +19,7 @@ def make():
 
 def refresh(metrics, order):
     metrics.refresh(waiting=[], running=[], fairness=None, watermarks=None, kv_usage=0.0)
-    metrics.eviction(order.stats())
+    report_eviction(metrics, order.stats())
 
 
 def test_eviction_gauges_and_counters_follow_the_orders_stats():
