@@ -60,6 +60,7 @@ from policies.metadata import (
     RequestMetadata,
     parse_request_metadata,
 )
+from policies.needs import Needs, needs_of
 from policies.output_lengths import OutputLengths
 from policies.pd_planner import PDPlan, PDPlanner
 from policies.pd_router import (
@@ -186,6 +187,7 @@ __all__ = [
     "MLFQ",
     "MLFQStats",
     "ManualClock",
+    "Needs",
     "OnlineStepTimeModel",
     "OutputLengths",
     "PDPlan",
@@ -269,5 +271,6 @@ __all__ = [
     "WarmingPolicy",
     "WatermarkLevel",
     "chain_keys",
+    "needs_of",
     "parse_request_metadata",
 ]

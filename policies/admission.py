@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import random
+from typing import ClassVar
 
 import attrs
 
+from policies.needs import Needs
 from policies.validators import finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
 
@@ -141,6 +143,8 @@ class AdmissionController:
           early-dropped.
         * Same seed, same calls: same decisions.
     """
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     rng: random.Random = attrs.field(validator=_is_random)
     """Source of the early-drop coin flips; seed it for reproducible runs."""

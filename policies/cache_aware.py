@@ -15,10 +15,11 @@ head start.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import attrs
 
+from policies.needs import Needs
 from policies.protocols import RankingPolicy
 from policies.ranking import FCFSOrder
 from policies.views import LoadSnapshot, RequestView
@@ -66,6 +67,8 @@ class CacheAwareRanker:
           `rank_key_under_load` is the base key, so such requests keep the base order
           (arrival order for `FCFSOrder`).
     """
+
+    needs: ClassVar[Needs] = Needs(load_at_rank=True, prefix_hits=True)
 
     base: RankingPolicy = attrs.field(factory=FCFSOrder, validator=_is_ranking)
     """The ranking the head start is taken from (must age one second per second waited)."""

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import attrs
 
+from policies.needs import Needs
 from policies.protocols import LifecycleObserver, TokenCapPolicy
 from policies.validators import finite_positive
 from policies.views import LoadSnapshot, RequestView
@@ -52,6 +53,8 @@ class TenantPrefillBudget:
     (work-conserving across tenants), and with several each gets at least its
     weighted share whatever the others ask. Decodes are never capped.
     """
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     weights: Mapping[str, float] = attrs.field(factory=dict, converter=dict,
                                                validator=_positive_weights)
@@ -130,6 +133,8 @@ def _token_caps(_instance: object, attribute: attrs.Attribute, value: tuple) -> 
 @attrs.frozen(kw_only=True)
 class TokenCaps:
     """Several token-cap policies as one: the smallest cap applies; all hear every event."""
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     policies: tuple[TokenCapPolicy, ...] = attrs.field(converter=tuple, validator=_token_caps)
 

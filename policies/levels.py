@@ -20,9 +20,11 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from typing import ClassVar
 
 import attrs
 
+from policies.needs import Needs
 from policies.views import RequestView
 
 DEFAULT_QUANTA_TOKENS: tuple[float, ...] = (128, 512, 2048, math.inf)
@@ -74,6 +76,8 @@ class MLFQ:
     yet admitted) are at their start level; ``on_scheduled`` and
     ``on_preempted`` start tracking a request they have not seen.
     """
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     quanta_tokens: tuple[float, ...] = attrs.field(
         default=DEFAULT_QUANTA_TOKENS, converter=tuple, validator=_quanta

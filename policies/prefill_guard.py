@@ -9,8 +9,11 @@ step is short. Alone, a long prompt keeps the full budget (work-conserving).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 
+from policies.needs import Needs
 from policies.validators import at_least
 from policies.views import LoadSnapshot, RequestView
 
@@ -31,6 +34,8 @@ class InteractivePrefillGuard:
 
     Never caps decodes or short prompts; O(1) per call.
     """
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     long_prompt_tokens: int = attrs.field(default=4096, validator=at_least(1))
     """Prompts longer than this are long; the others interactive."""

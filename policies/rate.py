@@ -22,9 +22,11 @@ so an idle engine refills at ``max_refill_per_s`` and a loaded one at
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import attrs
 
+from policies.needs import Needs
 from policies.validators import finite_non_negative, fraction
 from policies.views import LoadSnapshot, RequestView
 
@@ -99,6 +101,8 @@ class TokenBucket:
     tenant's when it has no capped request left and its bucket has refilled
     (so finishing requests never resets a tenant's debt).
     """
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     capacity_tokens: int = attrs.field(default=512, validator=attrs.validators.ge(1))
     """Burst: the most credits a bucket holds."""

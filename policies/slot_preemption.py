@@ -18,9 +18,11 @@ running request to preempt for a waiting one, under these guarantees:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import attrs
 
+from policies.needs import Needs
 from policies.slo.classes import ClassGrants, SLOTarget, resolve_class
 from policies.validators import int_at_least
 from policies.views import RequestView
@@ -52,6 +54,8 @@ def _share(_instance: object, attribute: attrs.Attribute, value: float) -> None:
 @attrs.define
 class SlotPreemption:
     """Which running request gives up its slot, if any, when every slot is taken."""
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     slos: Mapping[str, SLOTarget]
     """TTFT target of each SLO class (`resolve_class` picks a request's)."""

@@ -12,8 +12,11 @@ This is Sarathi-Serve's stall-free batching made conditional on who is decoding.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 
+from policies.needs import Needs
 from policies.protocols import TokenCapPolicy
 from policies.validators import at_least
 from policies.views import LoadSnapshot, RequestView
@@ -51,6 +54,8 @@ class StepPrefillBudget:
     minus what interactive prompts were granted before them.
     O(1) per call.
     """
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     max_prefill_tokens: int = attrs.field(default=1024, validator=at_least(1))
     """Prefill tokens per step while a protected request decodes."""

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import ClassVar
 
 import attrs
 
 from policies.admission import AdmissionDecision
+from policies.needs import Needs
 from policies.validators import at_least, finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
 
@@ -62,6 +64,8 @@ class KVWatermarks:
     ``red_retry_after_s``): KV pressure drains as running requests finish, and
     a RED cache takes longer to drain back under the marks than a YELLOW one.
     """
+
+    needs: ClassVar[Needs] = Needs(block_quota=True)
 
     yellow_usage: float = 0.70
     """KV usage at and above which the level is YELLOW."""

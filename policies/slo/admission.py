@@ -9,6 +9,7 @@ from typing import ClassVar
 import attrs
 
 from policies.admission import AdmissionDecision
+from policies.needs import Needs
 from policies.slo.classes import (
     ClassGrants,
     SLOTarget,
@@ -147,9 +148,9 @@ class SLOAdmission:
     _waits: CapacityWaits = attrs.field(init=False, repr=False)
     """When KV and a slot are free for a new request (`kv_ready_s`)."""
 
-    reads_prefix_hits: ClassVar[bool] = True
-    """Asks the scheduler to look each arrival's prefix-cache hit up (`RequestView.cached_tokens`):
-    cached tokens are not prefill work."""
+    needs: ClassVar[Needs] = Needs(lifecycle=True, prefix_hits=True)
+    """Each arrival's prefix-cache hit is looked up (`RequestView.cached_tokens`): cached
+    tokens are not prefill work."""
 
     def __attrs_post_init__(self) -> None:
         if self.min_retry_after_s > self.max_retry_after_s:

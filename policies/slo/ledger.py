@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import ClassVar
 
 import attrs
 
+from policies.needs import Needs
 from policies.output_lengths import OutputLengths
 from policies.views import LoadSnapshot, RequestView
 
@@ -46,7 +48,7 @@ class PrefillLedger:
     a request wrongly taken as done is put back by its next chunk.
 
     Where the scheduler looks each request's prefix-cache hit up on arrival (it does for
-    `SLOAdmission`, whose ``reads_prefix_hits`` asks for it), set ``learn_tenant_hits=False``:
+    `SLOAdmission`, whose ``needs`` ask for it), set ``learn_tenant_hits=False``:
     the request's own hit (`RequestView.cached_tokens`) is then the whole estimate, so a
     session's first call is not taken to hit like its tenant's later ones.
 
@@ -54,6 +56,8 @@ class PrefillLedger:
     decoding context the sum of the decoding requests' prompts (`check_invariants`). O(1) per
     event.
     """
+
+    needs: ClassVar[Needs] = Needs(lifecycle=True)
 
     learn_tenant_hits: bool = True
     """Assume each tenant's learned hit for requests whose own hit is unknown (0)."""

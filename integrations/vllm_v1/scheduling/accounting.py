@@ -15,7 +15,7 @@ from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
 from integrations.vllm_v1.scheduling.ordering import Tracked, ViewOf
 from integrations.vllm_v1.vllm_surface.names import Request, RequestStatus
-from policies import KVBlockQuota, LoadSnapshot, TenantUsage
+from policies import KVBlockQuota, LoadSnapshot, TenantUsage, needs_of
 
 
 class EngineState(Protocol):
@@ -68,7 +68,8 @@ class Accounting:
 
     def __attrs_post_init__(self) -> None:
         watermarks = self.pipeline.watermarks
-        self.block_quota = watermarks if isinstance(watermarks, KVBlockQuota) else None
+        self.block_quota = (watermarks if watermarks is not None and needs_of(watermarks).block_quota
+                            else None)
 
     def begin_step(self) -> None:
         """Forget the last step's offers and quota usage."""

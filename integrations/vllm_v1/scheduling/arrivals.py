@@ -17,8 +17,7 @@ from integrations.vllm_v1.rejection import Rejection
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
 from integrations.vllm_v1.scheduling.ordering import ViewOf, sort_number
 from integrations.vllm_v1.vllm_surface.names import Request
-from policies import DeadlinePolicy, LoadSnapshot, RequestView
-from policies.cache_aware import LoadAwareRanking
+from policies import DeadlinePolicy, LoadSnapshot, RequestView, needs_of
 
 
 @attrs.frozen
@@ -53,9 +52,9 @@ class Arrivals:
 
     def __attrs_post_init__(self) -> None:
         self.deadlines = self.pipeline.deadline_policy
-        self.ranks_under_load = isinstance(self.pipeline.ranking, LoadAwareRanking)
+        self.ranks_under_load = needs_of(self.pipeline.ranking).load_at_rank
         self.reads_hits = self.ranks_under_load or any(
-            getattr(p, "reads_prefix_hits", False) for p in self.pipeline.policies)
+            needs_of(p).prefix_hits for p in self.pipeline.policies)
 
     def verdict(self, view: RequestView, now: float) -> Rejection | None:
         """The first gate's rejection, or None: admitted (also when a gate raises)."""

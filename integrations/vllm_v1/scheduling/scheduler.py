@@ -70,10 +70,10 @@ from integrations.vllm_v1.vllm_surface.names import (
 )
 from policies import (
     InvalidRequestMetadata,
-    LifecycleObserver,
     LoadSnapshot,
     RequestMetadata,
     RequestView,
+    needs_of,
 )
 
 _LOG = logging.getLogger("vllm.llm_serving_policies")
@@ -118,7 +118,7 @@ class PolicySchedulerMixin:
         self._now = 0.0
         self._step_views: dict[str, RequestView] = {}
         self._configured_active_limit = self.max_num_active_reqs
-        self._observers = [p for p in pipeline.policies if isinstance(p, LifecycleObserver)]
+        self._observers = [p for p in pipeline.policies if needs_of(p).lifecycle]
         self.faults = PolicyFaults(pipeline.policies, self.metrics)
         """Policy exceptions contained so far (`PolicyFaults`)."""
         self.ordering = Ordering(pipeline=pipeline, tracked=self._tracked, faults=self.faults,
