@@ -17,7 +17,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import attrs
 
-from policies.needs import Needs
+from policies.needs import Needs, needs_of
 from policies.protocols import LifecycleObserver, TokenCapPolicy
 from policies.validators import finite_positive
 from policies.views import LoadSnapshot, RequestView
@@ -159,7 +159,7 @@ class TokenCaps:
             policy.on_finished(request, now)
 
     def _observers(self) -> list[LifecycleObserver]:
-        return [p for p in self.policies if isinstance(p, LifecycleObserver)]
+        return [p for p in self.policies if needs_of(p).lifecycle]
 
 
 @attrs.frozen(kw_only=True)
