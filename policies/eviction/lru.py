@@ -128,10 +128,7 @@ class LRU:
         Raises:
             KeyError: if ``key`` is not evictable.
         """
-        entry = self._entries.get(key)
-        if entry is None or entry.segment is None:
-            raise KeyError(f"key {key!r} is not evictable")
-        del self._segments[entry.segment][key]
+        entry = self._take(key)
         entry.segment = None
         entry.uses += 1
         self._counts["acquires"] += 1
@@ -205,11 +202,16 @@ class LRU:
         Raises:
             KeyError: if ``key`` is not evictable.
         """
+        self._put(key, self._take(key), segment, front)
+
+    def _take(self, key: Hashable) -> _Entry:
+        """The evictable ``key``'s entry, taken out of its segment (KeyError if not
+        evictable)."""
         entry = self._entries.get(key)
         if entry is None or entry.segment is None:
             raise KeyError(f"key {key!r} is not evictable")
         del self._segments[entry.segment][key]
-        self._put(key, entry, segment, front)
+        return entry
 
     def tracks(self, key: Hashable) -> bool:
         """Whether the order holds metadata of ``key`` (evictable, or referenced since)."""

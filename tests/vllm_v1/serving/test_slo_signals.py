@@ -391,6 +391,15 @@ def test_a_streams_first_token_is_reported_to_the_engine_with_its_ticket():
     assert not state.reports.poll(200)  # a whole response reports nothing
 
 
+async def until(check):
+    """Wait (bounded, about 5 s) until ``check()`` holds."""
+    for _ in range(5000):
+        if check():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("waited 5 s in vain")
+
+
 def gauge(name, **labels):
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
@@ -407,10 +416,7 @@ def test_the_frontend_gate_refuses_at_once_what_the_stage_alone_makes_late():
         held = [asyncio.create_task(post(client, {"hold": True, "tenant": "acme"}))
                 for _ in range(5)]
         stage = policy_middleware(app)._setup.frontend
-        for _ in range(5000):  # bounded: until all five are in the stage
-            if stage.gate.in_stage == 5:
-                break
-            await asyncio.sleep(0.001)
+        await until(lambda: stage.gate.in_stage == 5)
         offered = len(state.received)
         refused = await post(client, {"slo_class": "fast"})
         tightest = await post(client, {})
@@ -448,10 +454,7 @@ def test_a_late_stream_lowers_the_concurrency_limit_and_the_door_refuses_past_it
         unlimited = limit.limit
         held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
                 for _ in range(4)]
-        for _ in range(5000):  # bounded: until all four are in flight
-            if limit.in_flight == 4:
-                break
-            await asyncio.sleep(0.001)
+        await until(lambda: limit.in_flight == 4)
         late = await post(client, {"slo_class": "fast", "service_s": 0.01}, stream=True)
         lowered = limit.limit
         offered = len(state.received)
@@ -491,10 +494,7 @@ def test_with_fairness_a_quiet_team_passes_the_door_a_noisy_team_filled():
         limit = policy_middleware(app)._setup.frontend.limit
         held = [asyncio.create_task(post(client, {"hold": True, "tenant": "globex"}))
                 for _ in range(4)]
-        for _ in range(5000):  # bounded: until all four are in flight
-            if limit.in_flight == 4:
-                break
-            await asyncio.sleep(0.001)
+        await until(lambda: limit.in_flight == 4)
         late = await post(client, {"service_s": 0.01, "tenant": "globex"}, stream=True)
         lowered = limit.limit
         noisy = await post(client, {"tenant": "globex"})
@@ -520,10 +520,7 @@ def test_an_engine_refusal_for_the_targets_counts_as_late_at_the_door(stream):
         limit = policy_middleware(app)._setup.frontend.limit
         held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
                 for _ in range(3)]
-        for _ in range(5000):  # bounded: until all three are in flight
-            if limit.in_flight == 3:
-                break
-            await asyncio.sleep(0.001)
+        await until(lambda: limit.in_flight == 3)
         unlimited = limit.limit
         late = await post(client, {"slo_class": "slow", "reject": "slo_ttft:slow"}, stream)
         state.held.set()
