@@ -101,6 +101,11 @@ class ReplicaReport:
     waiting_requests: int = attrs.field(default=0, validator=_non_negative_int)
     decode_context_tokens: int = attrs.field(default=0, validator=_non_negative_int)
     """KV tokens of the running requests (what each decode step reads)."""
+    queued_prefill_deadlines: tuple[tuple[float, int], ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple))
+    """``(first-token deadline, prefill tokens left)`` of each queued request, where the
+    replica serves prefill earliest deadline first; None: first come, first served (all of
+    ``queued_prefill_tokens`` is ahead of a new request)."""
     prefilling_requests: int = attrs.field(default=0, validator=_non_negative_int)
     """Admitted requests with prefill left (they join the decode batch when it is done)."""
     prefilling_prompt_tokens: int = attrs.field(default=0, validator=_non_negative_int)
@@ -449,11 +454,16 @@ class SLORouter(_ClusterRouter):
 
     def predict_ttft_s(self, request: ClusterRequest, report: ReplicaReport, cached_tokens: int,
                        now: float) -> float:
-        """Seconds from ``request``'s arrival to its first token if sent to ``report`` now."""
+        """Seconds from ``request``'s arrival to its first token if sent to ``report`` now:
+        the queued prefill ahead of it (all of it, or on an earliest-deadline-first replica
+        what is due no later) and its own, at the replica's prefill rate, plus one step."""
         model = report.step_model or self.fallback_model
         uncached = request.prompt_tokens - cached_tokens
-        work = report.queued_prefill_tokens + model.prefill_token_equivalents(
-            uncached, cached_tokens)
+        ahead = report.queued_prefill_tokens
+        if report.queued_prefill_deadlines is not None and request.ttft_s is not None:
+            due = request.arrival_s + request.ttft_s
+            ahead = sum(t for d, t in report.queued_prefill_deadlines if d <= due)
+        work = ahead + model.prefill_token_equivalents(uncached, cached_tokens)
         rate = model.prefill_tokens_per_s(report.running_requests, report.token_budget,
                                           report.decode_context_tokens)
         step = model.step_s(report.running_requests, min(report.token_budget, uncached),

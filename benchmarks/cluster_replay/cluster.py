@@ -33,7 +33,7 @@ from benchmarks.replay.records import RequestRecord, SystemRun
 from benchmarks.replay.systems import build_system
 from benchmarks.replay.trace import Trace, TraceRequest
 from integrations.vllm_v1.instruments.harness import EngineShape
-from policies import OnlineStepTimeModel, SLOAdmission
+from policies import OnlineStepTimeModel, SLOAdmission, TTFTDeadlineRanker
 from policies.cluster_routing import ClusterDecision, ClusterRequest, ReplicaReport
 from policies.pd_router import chain_keys
 
@@ -61,28 +61,33 @@ class _Replica:
     def clock(self) -> float:
         return self.replay.harness.clock.now()
 
-    def report(self) -> ReplicaReport:
-        """Queued prefill, running decodes and KV as the scheduler holds them, the learned step
-        model and the SLO admission's headrooms in force where the replica's pipeline has
-        them."""
+    def report(self, slos: Mapping[str, SLO]) -> ReplicaReport:
+        """Queued prefill (with each request's first-token deadline where the replica ranks
+        by it), running decodes and KV as the scheduler holds them, the learned step model and
+        the SLO admission's headrooms in force where the replica's pipeline has them."""
         scheduler = self.replay.harness.scheduler
         queued = prefilling = prefilling_prompt = 0
+        deadlines = []
         for r in scheduler.requests.values():
             left = r.num_prompt_tokens - r.num_computed_tokens
             if left > 0:
                 queued += left
                 prefilling += 1
                 prefilling_prompt += r.num_prompt_tokens
+                slo = slos.get(request_class(self.replay.records[r.request_id]))
+                deadlines.append((r.arrival_time + (slo.ttft_s if slo else math.inf), left))
         running, waiting = scheduler.get_request_counts()
         pipeline = getattr(scheduler, "pipeline", None)
         learned = getattr(pipeline, "step_model", None)
         online = learned if isinstance(learned, OnlineStepTimeModel) else None
         admission = getattr(pipeline, "admission", None)
         view = admission.stats() if isinstance(admission, SLOAdmission) else None
+        edf = isinstance(getattr(pipeline, "ranking", None), TTFTDeadlineRanker)
         return ReplicaReport(
             name=self.name, queued_prefill_tokens=queued, running_requests=running,
             waiting_requests=waiting,
             decode_context_tokens=sum(r.num_computed_tokens for r in scheduler.running),
+            queued_prefill_deadlines=tuple(sorted(deadlines)) if edf else None,
             prefilling_requests=prefilling, prefilling_prompt_tokens=prefilling_prompt,
             kv_usage=min(1.0, max(0.0, scheduler.get_kv_cache_usage())),
             kv_capacity_tokens=self.replay.harness.kv_capacity_tokens,
@@ -120,7 +125,7 @@ class _Cluster:
     retries_placed: int = 0
 
     def reports(self) -> dict[str, ReplicaReport]:
-        return {name: replica.report() for name, replica in self.replicas.items()}
+        return {name: replica.report(self.slos) for name, replica in self.replicas.items()}
 
     def admit(self, replica: _Replica, index: int, now: float) -> None:
         harness = replica.replay.harness

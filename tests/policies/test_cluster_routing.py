@@ -212,6 +212,16 @@ def test_keep_sessions_rejects_rather_than_moving_a_session() -> None:
     assert moving.route(request("t1", session="s"), swamped, 0.0).replica not in (home, None)
 
 
+def test_an_edf_replica_counts_only_the_work_due_before_the_request() -> None:
+    router = SLORouter(replicas=("a",))
+    fifo = report("a", queued=100_000)  # ~2.5 s of prefill: a 1 s target cannot be met
+    edf = attrs.evolve(fifo, queued_prefill_deadlines=((0.5, 2_000), (20.0, 98_000)))
+    assert router.route(request("x"), {"a": fifo}, 0.0).replica is None
+    assert router.route(request("y"), {"a": edf}, 0.0).replica == "a"
+    assert router.predict_ttft_s(request(), edf, 0, 0.0) < router.predict_ttft_s(
+        request(), attrs.evolve(edf, queued_prefill_deadlines=((0.5, 100_000),)), 0, 0.0)
+
+
 def test_slo_router_checks_tpot_on_running_replicas() -> None:
     router = SLORouter(replicas=("a", "b"))
     slow = attrs.evolve(report("a"), running_requests=100, recent_step_s=0.12)
