@@ -26,7 +26,7 @@ from typing import Protocol
 import attrs
 
 from benchmarks.replay.cost_model import StepCostModel
-from benchmarks.replay.driver import DEFAULT_MAX_IDLE_STEPS, _Replay
+from benchmarks.replay.driver import DEFAULT_MAX_IDLE_STEPS, ReplayRun
 from benchmarks.replay.fast_forward import FastForward
 from benchmarks.replay.metrics import DEFAULT_SLOS, SLO, request_class
 from benchmarks.replay.records import RequestRecord, SystemRun
@@ -51,7 +51,7 @@ class ClusterRouter(Protocol):
 @attrs.define(eq=False)
 class _Replica:
     name: str
-    replay: _Replay
+    replay: ReplayRun
     fast: FastForward | None
     fresh: dict[str, None] = attrs.field(factory=dict)
     """Requests admitted here and neither scheduled nor finished yet (a rejection shows here),
@@ -156,7 +156,7 @@ class _Cluster:
         run = replica.replay
         run.cancel_due(replica.clock)
         if replica.fast is not None and run.stable is not None and not run.touched:
-            until = min(next_arrival_s, run._cancels[0][0] if run._cancels else math.inf)
+            until = min(next_arrival_s, run.next_cancel_s())
             if run.fast_forward(replica.fast, until):
                 return
         run.step()
@@ -204,7 +204,7 @@ def run_cluster(trace: Trace, router: ClusterRouter, system: str, *, replicas: S
     for name in replicas:
         harness = build_system(engine, shape)
         fast = FastForward(harness, cost_model)
-        members[name] = _Replica(name, _Replay(harness, trace, cost_model), fast if (
+        members[name] = _Replica(name, ReplayRun(harness, trace, cost_model), fast if (
             fast.supported) else None)
         members[name].replay.fast = members[name].fast
     cluster = _Cluster(trace, router, members, slos, max_idle_steps,

@@ -99,7 +99,9 @@ def work_batch(work: ScheduledWork) -> StepBatch:
                      decode_context_tokens=work.decode_contexts)
 
 @attrs.define(eq=False)
-class _Replay:
+class ReplayRun:
+    """One engine's replay in progress: its harness stepped in virtual time, its records."""
+
     harness: SchedulerHarness
     trace: Trace
     cost_model: StepCostModel
@@ -143,6 +145,10 @@ class _Replay:
         if request.cancel_after_s is not None:
             heapq.heappush(self._cancels, (request.arrival_s + request.cancel_after_s,
                                            request.request_id))
+
+    def next_cancel_s(self) -> float:
+        """When the next client cancel is due (inf: none pending)."""
+        return self._cancels[0][0] if self._cancels else math.inf
 
     def cancel_due(self, now: float) -> None:
         while self._cancels and self._cancels[0][0] <= now:
@@ -282,7 +288,7 @@ def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCos
     fast = FastForward(harness, cost_model) if fast_forward else None
     if fast is not None and not fast.supported:
         fast = None
-    run = _Replay(harness, trace, cost_model, fast=fast, max_tokens=max_tokens)
+    run = ReplayRun(harness, trace, cost_model, fast=fast, max_tokens=max_tokens)
     requests = trace.requests
     next_index = 0
     clock = harness.clock
@@ -296,8 +302,7 @@ def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCos
         if harness.has_requests():
             if fast is not None and run.stable is not None and not run.touched:
                 until = requests[next_index].arrival_s if next_index < len(requests) else math.inf
-                if run._cancels:
-                    until = min(until, run._cancels[0][0])
+                until = min(until, run.next_cancel_s())
                 if run.fast_forward(fast, until):
                     continue
             run.step()
@@ -305,8 +310,8 @@ def replay(trace: Trace, system: str, *, shape: EngineShape, cost_model: StepCos
                 raise run.stalled(system)
         else:
             upcoming = [requests[next_index].arrival_s] if next_index < len(requests) else []
-            if run._cancels:
-                upcoming.append(run._cancels[0][0])
+            if run.next_cancel_s() < math.inf:
+                upcoming.append(run.next_cancel_s())
             if not upcoming:
                 break
             clock.set(max(clock.now(), min(upcoming)))
