@@ -178,6 +178,12 @@ class Visit:
             stage.report("tpot", late=tpot > LATE_SHARE * stage.tpot_s[self.slo_class],
                          entered_s=self.entered_s)
 
+    def judged(self, judged: Judged) -> None:
+        """A request the engine served in another class (demoted) is judged by that class's
+        targets from now on."""
+        if judged.slo_class in self.stage.ttft_s:
+            self.slo_class = judged.slo_class
+
     def refused(self, rejection: Rejection) -> None:
         if self.slo_class is not None and rejection.reason in SLO_REASONS:
             self.stage.report("refused", late=True, entered_s=self.entered_s)

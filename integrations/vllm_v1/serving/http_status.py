@@ -154,6 +154,9 @@ class StreamListener(Protocol):
 
     def refused(self, rejection: Rejection) -> None: ...
 
+    def judged(self, judged: Judged) -> None:
+        """The class the engine judged the request in (once known, before its first token)."""
+
 
 @attrs.frozen
 class TicketReports:
@@ -170,6 +173,9 @@ class TicketReports:
 
     def refused(self, rejection: Rejection) -> None:
         """The engine knows its own rejections."""
+
+    def judged(self, judged: Judged) -> None:
+        """The engine judged it."""
 
 
 @attrs.define(eq=False)
@@ -280,6 +286,9 @@ class Responder:
                     and self.book is not None and self.book.hears_classes:
                 judged = await self.book.wait_judged(self.ticket, CLASS_WAIT_S)
             held[0] = _started_with(held[0], judged)
+            if judged is not None:
+                for listener in self.listeners:
+                    listener.judged(judged)
         for message in held:
             await self.downstream(message)
 

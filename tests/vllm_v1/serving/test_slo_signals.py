@@ -483,6 +483,25 @@ def test_a_late_stream_lowers_the_concurrency_limit_and_the_door_refuses_past_it
     assert gauge("policies:frontend_in_flight") == 0
 
 
+def test_a_demoted_stream_is_judged_at_the_door_by_the_class_it_was_served_in():
+    app, state = stand_in({"pipeline": "slo", "slo": {"classes": CLASSES}})
+
+    async def scenario(client):
+        await post(client, {"slo_class": "slow"})
+        limit = policy_middleware(app)._setup.frontend.limit
+        demoted = await post(client, {"slo_class": "fast", "judged": ["slow", "fast"],
+                                      "service_s": 0.01}, stream=True)
+        kept = limit.limit
+        late = await post(client, {"slo_class": "fast", "judged": ["fast", None],
+                                   "service_s": 0.01}, stream=True)
+        return demoted, kept, late, limit.limit
+
+    demoted, kept, late, lowered = run(app, scenario)
+    assert demoted.headers["x-slo-demoted-from"] == "fast" and late.status_code == 200
+    assert kept == 4096  # served as slow (100 s): on time, whatever fast's 1 ms asked
+    assert lowered < 4096  # served as fast: its first token came late
+
+
 def test_with_fairness_a_quiet_team_passes_the_door_a_noisy_team_filled():
     app, state = stand_in({"pipeline": "slo", "slo": {
         "classes": CLASSES, "tenants": {"acme": "slow", "globex": "fast"},
