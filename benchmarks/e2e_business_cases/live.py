@@ -36,7 +36,7 @@ from pathlib import Path
 
 import attrs
 
-from benchmarks.e2e_business_cases.live_client import LiveRequest, play
+from benchmarks.e2e_business_cases.live_client import LiveRequest, client_priority, play
 from benchmarks.e2e_business_cases.phase_metrics import run_phases
 from benchmarks.e2e_business_cases.report import console_table, markdown_report
 from benchmarks.e2e_business_cases.slos import DEFINITIONS, PRIMARY
@@ -266,7 +266,7 @@ def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *
         model = served_model(server)
         _warm_up(server, model)
         ready_s = time.perf_counter() - started
-        with _StepModelWatch(server.url) as watch:
+        with _StepModelWatch(server.url) as watch, client_priority():
             records, samples = asyncio.run(play(
                 server.url, model, requests, max_tokens=max_tokens,
                 max_model_len=scale.max_model_len,

@@ -24,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import aiohttp
 import attrs
@@ -34,6 +36,11 @@ from benchmarks.replay.records import EngineSample, MaxTokens, RequestRecord
 from benchmarks.replay.trace import TraceRequest
 from integrations.vllm_v1.rejection import Rejection
 
+LOG = logging.getLogger(__name__)
+CLIENT_NICE = -5
+"""The client's nice value while it plays (lower runs first). On a machine it shares with the
+server, a client that waits for a CPU sends late and reads late, and times its own delay as the
+server's; clients of a real server run on other machines."""
 REJECTED_STATUSES = (429, 503)
 STOP_TOKEN_ID = 3
 """The token that ends an answer whose length the client does not send (``max_tokens=
@@ -216,6 +223,26 @@ async def _sample(session: aiohttp.ClientSession, url: str, start: float, every_
             await asyncio.wait_for(done.wait(), every_s)
 
 
+@contextlib.contextmanager
+def client_priority(nice: int = CLIENT_NICE) -> Iterator[bool]:
+    """Run the calling thread (and the threads it starts) at ``nice`` while open, restoring
+    its old value after. Where raising a priority is not permitted (it needs CAP_SYS_NICE)
+    it changes nothing, warns that the client's times include its own waits for a CPU, and
+    yields False."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, min(nice, before))
+    except PermissionError:
+        LOG.warning("the live client runs at normal priority (raising it needs CAP_SYS_NICE): "
+                    "on a machine shared with the server its times include its own waits")
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
+
+
 async def play(url: str, model: str, requests: Sequence[LiveRequest], *, with_priority: bool,
                sample_every_s: float = 0.5, drain_timeout_s: float = 120.0,
                max_tokens: MaxTokens = "output", max_model_len: int | None = None,
@@ -236,13 +263,14 @@ async def play(url: str, model: str, requests: Sequence[LiveRequest], *, with_pr
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
     connector = aiohttp.TCPConnector(limit=0, force_close=fresh_connections)
     replies = replies if replies is not None else [HttpReply() for _ in requests]
+    bodies = [request_body(live, model, with_priority=with_priority, max_tokens=max_tokens,
+                           max_model_len=max_model_len) for live in requests]
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        start = time.perf_counter()
+        start = time.perf_counter()  # after the bodies: building them is not the server's time
         sampler = asyncio.create_task(_sample(session, url, start, sample_every_s, samples, done))
-        tasks = [asyncio.create_task(send(session, url, request_body(
-            live, model, with_priority=with_priority, max_tokens=max_tokens,
-            max_model_len=max_model_len), live, record, start, reply))
-            for live, record, reply in zip(requests, records, replies, strict=True)]
+        tasks = [asyncio.create_task(send(session, url, body, live, record, start, reply))
+                 for body, live, record, reply in zip(bodies, requests, records, replies,
+                                                      strict=True)]
         last_arrival_s = max((live.request.arrival_s for live in requests), default=0.0)
         await asyncio.wait(tasks, timeout=last_arrival_s + drain_timeout_s)
         for task in tasks:

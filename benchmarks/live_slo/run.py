@@ -36,7 +36,12 @@ from benchmarks.e2e_business_cases.live import (
     served_model,
     start_server,
 )
-from benchmarks.e2e_business_cases.live_client import HttpReply, LiveRequest, play
+from benchmarks.e2e_business_cases.live_client import (
+    HttpReply,
+    LiveRequest,
+    client_priority,
+    play,
+)
 from benchmarks.live_slo.summary import (
     DECLARATION,
     SLO_SYSTEM,
@@ -140,10 +145,11 @@ def play_run(server: LocalServer, model: str, system: str, requests: list[LiveRe
              drain_s: float) -> tuple[list, list[HttpReply]]:
     """Stream ``requests`` at their arrival times, one connection each; records and replies."""
     replies = [HttpReply() for _ in requests]
-    records, _samples = asyncio.run(play(
-        server.url, model, requests, with_priority=system != "fcfs"
-        and not system.startswith(f"{QUEUE_CAPS}:fcfs"), drain_timeout_s=drain_s,
-        replies=replies, fresh_connections=True))
+    with client_priority():
+        records, _samples = asyncio.run(play(
+            server.url, model, requests, with_priority=system != "fcfs"
+            and not system.startswith(f"{QUEUE_CAPS}:fcfs"), drain_timeout_s=drain_s,
+            replies=replies, fresh_connections=True))
     return records, replies
 
 

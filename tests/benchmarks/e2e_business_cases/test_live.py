@@ -3,6 +3,7 @@ against a stub server, and one tiny live run through a real CPU vLLM server."""
 
 import asyncio
 import json
+import os
 
 import attrs
 import pytest
@@ -13,6 +14,7 @@ from benchmarks.e2e_business_cases.live_client import (
     STOP_TOKEN_ID,
     HttpReply,
     LiveRequest,
+    client_priority,
     parse_gauges,
     play,
     request_body,
@@ -204,3 +206,22 @@ def test_gpu_validation_runs_llama3_8b_layers_at_the_study_shape():
     args = GPU_SCALE.vllm_args()
     assert "--enforce-eager" not in args and "--no-async-scheduling" in args
     assert args[args.index("--dtype") + 1] == "bfloat16"
+
+
+def test_the_client_runs_at_a_higher_priority_while_open_and_restores_it_after():
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    with client_priority(before - 1) as raised:
+        inside = os.getpriority(os.PRIO_PROCESS, 0)
+    after = os.getpriority(os.PRIO_PROCESS, 0)
+    assert after == before
+    assert inside == (before - 1 if raised else before)
+
+
+def test_a_client_not_permitted_a_higher_priority_changes_nothing_and_warns(monkeypatch, caplog):
+    def refuse(*_args):
+        raise PermissionError("needs CAP_SYS_NICE")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    with caplog.at_level("WARNING"), client_priority() as raised:
+        assert not raised
+    assert "normal priority" in caplog.text
