@@ -5,12 +5,7 @@ Policies see frozen views (`RequestView`, `LoadSnapshot`), take the step's
 inside a real vLLM V1 engine.
 """
 
-from policies.admission import (
-    AdmissionController,
-    AdmissionDecision,
-    AdmissionStats,
-    QueueDepthLimit,
-)
+from policies.admission import AdmissionController, AdmissionStats, QueueDepthLimit
 from policies.cache_aware import CacheAwareRanker, LoadAwareRanking
 from policies.cache_warming import PrefixWarmer, PrefixWarmerStats, WarmingPolicy, WarmPrefix
 from policies.clock import ManualClock
@@ -29,6 +24,7 @@ from policies.cluster_routing import (
 )
 from policies.concurrency_limit import ConcurrencyLimit, ConcurrencyLimitStats
 from policies.deadline import EDFRanker
+from policies.decisions import AdmissionDecision, Preemption
 from policies.errors import InvalidRequestMetadata
 from policies.eviction import (
     LRU,
@@ -111,7 +107,7 @@ from policies.slo import (
     SLOVerdict,
     TTFTDeadlineRanker,
 )
-from policies.slot_preemption import Preemption, SlotPreemption, SlotPreemptionStats
+from policies.slot_preemption import SlotPreemption, SlotPreemptionStats
 from policies.speculative import (
     AutomatonStats,
     Draft,
@@ -132,11 +128,10 @@ from policies.step_budget import StepPrefillBudget, StepPrefillBudgetStats
 from policies.step_model import (
     CONSERVATIVE_PRIOR,
     OnlineStepTimeModel,
-    StepFeatures,
     StepModelStats,
     StepTimeModel,
 )
-from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView
+from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView, StepFeatures
 from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [

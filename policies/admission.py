@@ -1,4 +1,4 @@
-"""Admission decisions and admission policies: a queue-depth limit and `AdmissionController`."""
+"""Admission policies: a queue-depth limit and `AdmissionController`."""
 
 from __future__ import annotations
 
@@ -8,35 +8,10 @@ from typing import ClassVar
 
 import attrs
 
+from policies.decisions import AdmissionDecision
 from policies.needs import Needs
 from policies.validators import finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView
-
-
-@attrs.frozen(kw_only=True)
-class AdmissionDecision:
-    """Whether a request may enter the engine; a rejection says why and when to retry."""
-
-    admitted: bool
-    reason: str = ""
-    retry_after_s: float | None = None
-
-    @classmethod
-    def accept(cls) -> AdmissionDecision:
-        """The request may enter."""
-        return _ACCEPT
-
-    @classmethod
-    def reject(cls, reason: str, retry_after_s: float) -> AdmissionDecision:
-        """The request is refused; the client may retry after ``retry_after_s``."""
-        if not reason:
-            raise ValueError("a rejection needs a reason")
-        if retry_after_s < 0:
-            raise ValueError(f"retry_after_s must be >= 0, got {retry_after_s!r}")
-        return cls(admitted=False, reason=reason, retry_after_s=retry_after_s)
-
-
-_ACCEPT = AdmissionDecision(admitted=True)
 
 
 @attrs.frozen(kw_only=True)

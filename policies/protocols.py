@@ -1,7 +1,8 @@
 """One protocol per policy family the scheduler integration can plug in.
 
 Policies never see vLLM objects: they get frozen views and the step's ``now``
-and return plain values or frozen decisions.
+and return plain values or frozen decisions (`policies.decisions`). This module sits at the
+bottom of ``policies`` with the views and the decisions: it imports no policy.
 """
 
 from __future__ import annotations
@@ -9,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from policies.admission import AdmissionDecision
-from policies.slot_preemption import Preemption
-from policies.step_model import StepFeatures
-from policies.views import LoadSnapshot, RequestView
+from policies.decisions import AdmissionDecision, Preemption
+from policies.views import LoadSnapshot, RequestView, StepFeatures
 
 
 @runtime_checkable

@@ -22,18 +22,11 @@ from typing import ClassVar
 
 import attrs
 
+from policies.decisions import Preemption
 from policies.needs import Needs
 from policies.slo.classes import ClassGrants, SLOTarget, resolve_class
 from policies.validators import int_at_least
 from policies.views import RequestView
-
-
-@attrs.frozen
-class Preemption:
-    """Preempt running request ``victim`` so that waiting request ``beneficiary`` can start."""
-
-    victim: str
-    beneficiary: str
 
 
 @attrs.frozen

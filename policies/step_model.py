@@ -25,33 +25,7 @@ import attrs
 
 from policies.percentile import percentile
 from policies.validators import finite_non_negative, finite_positive
-
-
-@attrs.frozen(kw_only=True)
-class StepFeatures:
-    """What one engine step ran."""
-
-    decodes: int = 0
-    """Sequences decoding one token."""
-    decode_context_tokens: int = 0
-    """Their context tokens in all (what decode attention reads)."""
-    prefill_tokens: int = 0
-    """Prompt tokens computed (prefix-cache hits excluded)."""
-    prefill_pairs: int = 0
-    """Query-key pairs of the prefill chunks' attention, ``Σ c · (k + (c + 1) / 2)``."""
-
-    @classmethod
-    def of(cls, prefills: tuple[tuple[int, int], ...] = (),
-           decode_contexts: tuple[int, ...] = ()) -> StepFeatures:
-        """The features of ``(new tokens, tokens already in KV)`` chunks and decode contexts."""
-        return cls(decodes=len(decode_contexts), decode_context_tokens=sum(decode_contexts),
-                   prefill_tokens=sum(c for c, _ in prefills),
-                   prefill_pairs=sum(c * (2 * k + c + 1) // 2 for c, k in prefills))
-
-    def vector(self) -> tuple[float, ...]:
-        """``(1, decodes, decode context, prefill tokens, pairs)``, the model's regressors."""
-        return (1.0, float(self.decodes), float(self.decode_context_tokens),
-                float(self.prefill_tokens), float(self.prefill_pairs))
+from policies.views import StepFeatures
 
 
 def chunk_pairs(tokens: float, context_tokens: float) -> float:

@@ -120,6 +120,30 @@ def _order_offenders(named: dict[str, set[str]] = NAMED) -> list[tuple[str, str]
     return sorted(found)
 
 
+BOTTOM = ("policies.views", "policies.decisions", "policies.protocols", "policies.needs",
+          "policies.validators")
+"""The floor of ``policies``: the views, decisions, protocols and needs policies exchange with
+the scheduler. They import only each other, never a policy."""
+
+
+def _above_the_floor(module: str) -> list[str]:
+    """What ``module`` imports from ``policies`` outside `BOTTOM`."""
+    return sorted(target for target in GRAPH[module] if target.split(".")[0] == "policies"
+                  and not any(target == b or target.startswith(b + ".") for b in BOTTOM))
+
+
+def test_the_protocols_and_decisions_import_no_policy():
+    assert {module: _above_the_floor(module) for module in BOTTOM} == {m: [] for m in BOTTOM}
+
+
+def test_the_floor_check_sees_a_policy_import():
+    GRAPH["policies.views"].add("policies.admission.QueueDepthLimit")
+    try:
+        assert _above_the_floor("policies.views") == ["policies.admission.QueueDepthLimit"]
+    finally:
+        GRAPH["policies.views"].discard("policies.admission.QueueDepthLimit")
+
+
 def test_every_module_has_a_place_in_the_package_order():
     assert [module for module in GRAPH if _place(module) is None] == []
 
