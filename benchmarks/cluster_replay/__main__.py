@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import random
-from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -45,20 +43,9 @@ from benchmarks.replay.metrics import summarize
 from benchmarks.replay.trace import Trace
 from benchmarks.replay.workloads import AGENT_WORKLOADS, TENANT_WEIGHTS, load_workload
 from integrations.vllm_v1.instruments.harness import EngineShape
-from policies.cluster_routing import (
-    KVOverlapReplicas,
-    PowerOfTwoReplicas,
-    RoundRobinReplicas,
-    SessionStickyReplicas,
-    SLORouter,
-    StickyUntilSaturated,
-)
+from policies.cluster_routing import OURS, ROUTERS, make_router
 from policies.pd_router import chain_keys
 
-ROUTERS = ("slo", "slo-keep-sessions", "pow2", "round-robin", "kv_overlap", "session-sticky",
-           "sticky-until-saturated")
-OURS = ("slo", "slo-keep-sessions")
-"""`SLORouter` (sessions move to a feasible replica) and its ``keep_sessions`` variant."""
 DEFAULT_ROUTERS = ("slo", "pow2", "round-robin", "kv_overlap", "session-sticky",
                    "sticky-until-saturated")
 BEST_STOCK = "stock+queue-caps:fcfs:tokens=32768:chunk=512:adaptive"
@@ -134,26 +121,6 @@ def saturation_tokens(cost_model: StepCostModel, shape: EngineShape) -> int:
     return max(1, round(SATURATION_S * chunk / step))
 
 
-def make_router(name: str, replicas: Sequence[str], *, block_size_tokens: int,
-                index_capacity_blocks: int, saturation: int, seed: int) -> ClusterRouter:
-    """A fresh router by name (`ROUTERS`)."""
-    common = {"replicas": tuple(replicas), "block_size_tokens": block_size_tokens,
-              "index_capacity_blocks": index_capacity_blocks}
-    if name in OURS:
-        return SLORouter(**common, keep_sessions=name == "slo-keep-sessions")
-    if name == "pow2":
-        return PowerOfTwoReplicas(**common, rng=random.Random(seed))
-    if name == "round-robin":
-        return RoundRobinReplicas(**common)
-    if name == "kv_overlap":
-        return KVOverlapReplicas(**common, rng=random.Random(seed))
-    if name == "session-sticky":
-        return SessionStickyReplicas(**common)
-    if name == "sticky-until-saturated":
-        return StickyUntilSaturated(**common, saturation_tokens=saturation)
-    raise ValueError(f"unknown router {name!r}: use one of {', '.join(ROUTERS)}")
-
-
 def parse_system(entry: str, peer_engine: str) -> tuple[str, str]:
     """``ROUTER[@ENGINE]`` -> (router, engine)."""
     router, sep, engine = entry.partition("@")
@@ -187,7 +154,9 @@ def slim(summary: dict, run_router: ClusterRouter) -> dict:
         "wall_s": summary["wall_s"],
         "router": {"routed": stats.routed, "rejected": stats.rejected,
                    "by_cause": dict(stats.by_cause), "retries": stats.retries,
-                   "retries_placed": stats.retries_placed, "by_replica": dict(stats.by_replica)},
+                   "retries_placed": stats.retries_placed,
+                   "rejected_with_room": stats.rejected_with_room,
+                   "by_replica": dict(stats.by_replica)},
     }
 
 
@@ -278,7 +247,7 @@ def main(argv: list[str] | None = None) -> dict:
             system = f"{router_name}@{engine}"
             router = make_router(router_name, names, block_size_tokens=block,
                                  index_capacity_blocks=shape.num_blocks * shape.block_size
-                                 // block, saturation=saturation, seed=args.seed)
+                                 // block, saturation_tokens=saturation, seed=args.seed)
             with tqdm(total=len(scaled.requests), desc=f"x{load:g} {router_name}",
                       unit="req") as bar:
                 run = run_cluster(scaled, router, system, replicas=names, engine=engine,
@@ -305,9 +274,10 @@ def _pct(value: float | None) -> str:
 
 
 def format_table(rows: list[dict]) -> str:
-    """One line per system: goodput, admitted in SLO, TTFT p99, hit rate, Jain, rejections."""
+    """One line per system: goodput, admitted in SLO, TTFT p99, hit rate, Jain, rejections,
+    retries placed, and replica rejections passed on while another replica had room."""
     header = (f"{'system':<66}{'goodput':>9}{'adm SLO%':>9}{'TTFT p99':>10}{'hit %':>7}"
-              f"{'Jain':>7}{'rej':>6}{'retry':>6}")
+              f"{'Jain':>7}{'rej':>6}{'retry':>6}{'room':>6}")
     lines = [header, "-" * len(header)]
     for r in rows:
         ttft = "-" if r["ttft_p99_s"] is None else f"{r['ttft_p99_s']:.2f}s"
@@ -315,7 +285,8 @@ def format_table(rows: list[dict]) -> str:
         lines.append(f"{r['system']:<66}{r['goodput_rps'] or 0:>9.2f}"
                      f"{_pct(r['admitted_slo_attainment']):>9}{ttft:>10}"
                      f"{_pct(r['prefix_hit_rate']):>7}{jain:>7}{r['rejected']:>6}"
-                     f"{r['router']['retries_placed']:>6}")
+                     f"{r['router']['retries_placed']:>6}"
+                     f"{r['router']['rejected_with_room']:>6}")
     return "\n".join(lines)
 
 

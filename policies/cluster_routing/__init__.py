@@ -24,9 +24,13 @@ model's prefill rate over the queued and uncached tokens, beside the running dec
 routes among the replicas that meet the deadline, preferring the session's replica, then the
 earliest first token (a cached prefix shortens it). With none, it demotes where the
 request declares a lower class that some replica meets, else rejects with a Retry-After. A
-replica's own rejection gets one retry (`retry`) elsewhere, within the deadline.
+replica's own rejection gets one retry (`retry`) elsewhere, within the deadline; every
+router counts the replica rejections it passes on while another replica had room
+(``rejected_with_room``, by `DeadlineTest`). `make_router` builds any of them by name
+(`ROUTERS`), for the cluster replay and the Ray Serve request router alike.
 """
 
+from policies.cluster_routing.base import ClusterRouter
 from policies.cluster_routing.peers import (
     KVOverlapReplicas,
     PowerOfTwoReplicas,
@@ -34,6 +38,8 @@ from policies.cluster_routing.peers import (
     SessionStickyReplicas,
     StickyUntilSaturated,
 )
+from policies.cluster_routing.prediction import DeadlineTest
+from policies.cluster_routing.registry import OURS, ROUTERS, make_router
 from policies.cluster_routing.reports import (
     ClusterDecision,
     ClusterRequest,
@@ -44,9 +50,13 @@ from policies.cluster_routing.reports import (
 from policies.cluster_routing.slo_router import SLORouter
 
 __all__ = [
+    "OURS",
+    "ROUTERS",
     "ClusterDecision",
     "ClusterRequest",
+    "ClusterRouter",
     "ClusterRouterStats",
+    "DeadlineTest",
     "KVOverlapReplicas",
     "PowerOfTwoReplicas",
     "ReplicaReport",
@@ -55,4 +65,5 @@ __all__ = [
     "SLORouter",
     "SessionStickyReplicas",
     "StickyUntilSaturated",
+    "make_router",
 ]

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 import attrs
 
+from policies.cluster_routing.prediction import DeadlineTest
 from policies.cluster_routing.reports import (
     ClusterDecision,
     ClusterRequest,
@@ -24,7 +25,6 @@ def _unique_names(_instance: object, attribute: attrs.Attribute, value: tuple[st
         raise ValueError(f"{attribute.name} must name at least one replica")
     if len(set(value)) != len(value):
         raise ValueError(f"{attribute.name} has duplicates: {list(value)!r}")
-
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -44,6 +44,7 @@ class ClusterRouter:
     _by_replica: Counter[str] = attrs.field(init=False, repr=False, factory=Counter)
     _retries: int = attrs.field(init=False, default=0, repr=False)
     _retries_placed: int = attrs.field(init=False, default=0, repr=False)
+    _rejected_with_room: int = attrs.field(init=False, default=0, repr=False)
 
     def __attrs_post_init__(self) -> None:
         self._index = PrefixIndex(capacity_blocks=self.index_capacity_blocks)
@@ -63,10 +64,33 @@ class ClusterRouter:
 
     def retry(self, request: ClusterRequest, reports: Mapping[str, ReplicaReport], now: float,
               *, rejected_by: str) -> ClusterDecision:
-        """After ``rejected_by`` refused ``request``: this router passes the rejection on."""
+        """After ``rejected_by`` refused ``request``: this router passes the rejection on
+        (counted in ``rejected_with_room`` when another replica had room)."""
         self._retries += 1
-        return self._record(request, ClusterDecision(
+        return self._passed_on(request, reports, now, rejected_by, ClusterDecision(
             request_id=request.request_id, replica=None, cause=RouteCause.NO_RETRY))
+
+    def room_test(self) -> DeadlineTest:
+        """The test `replica_with_room` applies (`DeadlineTest`'s defaults)."""
+        return _ROOM_TEST
+
+    def replica_with_room(self, request: ClusterRequest, reports: Mapping[str, ReplicaReport],
+                          now: float, *, excluding: frozenset[str] = frozenset()) -> str | None:
+        """The first of `replicas` outside ``excluding`` that accepts and is predicted
+        (`room_test`, nothing of the prompt cached) to meet ``request``'s targets; None if
+        none is. Changes nothing."""
+        test = self.room_test()
+        return next((name for name in self.replicas if name not in excluding
+                     and test.has_room(request, reports[name], now)), None)
+
+    def _passed_on(self, request: ClusterRequest, reports: Mapping[str, ReplicaReport],
+                   now: float, rejected_by: str, decision: ClusterDecision) -> ClusterDecision:
+        """Record a retry that placed ``request`` nowhere: ``rejected_by``'s rejection reaches
+        the client, counted when another replica had room."""
+        if self.replica_with_room(request, reports, now,
+                                  excluding=frozenset({rejected_by})) is not None:
+            self._rejected_with_room += 1
+        return self._record(request, decision, remember=False)
 
     def _choose(self, request: ClusterRequest, candidates: list[ReplicaReport],
                 now: float) -> ClusterDecision:
@@ -120,6 +144,7 @@ class ClusterRouter:
             by_cause=MappingProxyType({c.value: n for c, n in sorted(
                 self._causes.items(), key=lambda item: item[0].value)}),
             retries=self._retries, retries_placed=self._retries_placed,
+            rejected_with_room=self._rejected_with_room,
             sessions=len(self._sessions), by_replica=MappingProxyType(dict(self._by_replica)))
 
     def check_invariants(self) -> None:
@@ -130,9 +155,11 @@ class ClusterRouter:
         assert set(self._sessions.values()) <= set(self.replicas)
         assert len(self._sessions) <= self.max_sessions
         assert 0 <= self._retries_placed <= self._retries
+        assert 0 <= self._rejected_with_room <= self._retries - self._retries_placed
         self._index.check_invariants()
 
 
+_ROOM_TEST = DeadlineTest()
 _REJECTIONS = frozenset({RouteCause.NO_FEASIBLE, RouteCause.NO_REPLICA, RouteCause.NO_RETRY})
 
 

@@ -125,7 +125,10 @@ class ClusterRouterStats:
     """Counters of one router.
 
     ``routed`` + ``rejected`` = calls to `route` and `retry`; ``by_cause`` splits them.
-    ``retries`` counts `retry` calls, ``retries_placed`` those that found a replica.
+    ``retries`` counts `retry` calls, ``retries_placed`` those that found a replica, and
+    ``rejected_with_room`` those that found none while another replica than the one that
+    rejected had room (`ClusterRouter.replica_with_room`): a replica's rejection the client
+    saw although the cluster could have served the request.
     """
 
     routed: int
@@ -133,5 +136,6 @@ class ClusterRouterStats:
     by_cause: Mapping[str, int]
     retries: int
     retries_placed: int
+    rejected_with_room: int = 0
     sessions: int
     by_replica: Mapping[str, int]

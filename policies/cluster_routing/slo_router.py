@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import attrs
 
 from policies.cluster_routing.base import ClusterRouter
-from policies.cluster_routing.reports import *  # noqa
+from policies.cluster_routing.prediction import DeadlineTest
 from policies.cluster_routing.reports import (
     ClusterDecision,
     ClusterRequest,
@@ -40,11 +40,7 @@ class SLORouter(ClusterRouter):
           ``tpot_headroom``) is judged with them instead of ``headroom`` and 1, so that what
           the router sends there passes the replica's own test as far as the prediction goes.
 
-    The prediction: the replica's queued prefill tokens plus this prompt's uncached ones
-    (in context-free tokens, `StepTimeModel.prefill_token_equivalents`), at the prefill rate
-    a step of ``token_budget`` tokens beside the running decodes reaches
-    (`StepTimeModel.prefill_tokens_per_s`), plus one step. A replica that reports no model
-    is predicted with ``fallback_model``.
+    The prediction is `DeadlineTest`'s (with ``headroom`` and ``fallback_model``).
     """
 
     headroom: float = attrs.field(default=0.9, validator=fraction)
@@ -58,42 +54,23 @@ class SLORouter(ClusterRouter):
     deadline the call is rejected (or demoted) instead of moved to a replica without the
     session's context. Default: moved to the earliest feasible replica."""
     _retried: set[str] = attrs.field(init=False, factory=set, repr=False)
+    _test: DeadlineTest = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
+        self._test = DeadlineTest(headroom=self.headroom, fallback_model=self.fallback_model)
         if self.min_retry_after_s > self.max_retry_after_s:
             raise ValueError(f"min_retry_after_s ({self.min_retry_after_s}) must be <= "
                              f"max_retry_after_s ({self.max_retry_after_s})")
 
     def predict_ttft_s(self, request: ClusterRequest, report: ReplicaReport, cached_tokens: int,
                        now: float) -> float:
-        """Seconds from ``request``'s arrival to its first token if sent to ``report`` now:
-        the queued prefill ahead of it (all of it, or on an earliest-deadline-first replica
-        what is due no later) and its own, at the replica's prefill rate, plus one step."""
-        model = report.step_model or self.fallback_model
-        uncached = request.prompt_tokens - cached_tokens
-        ahead = report.queued_prefill_tokens
-        if report.queued_prefill_deadlines is not None and request.ttft_s is not None:
-            due = request.arrival_s + request.ttft_s
-            ahead = sum(t for d, t in report.queued_prefill_deadlines if d <= due)
-        work = ahead + model.prefill_token_equivalents(uncached, cached_tokens)
-        rate = model.prefill_tokens_per_s(report.running_requests, report.token_budget,
-                                          report.decode_context_tokens)
-        step = model.step_s(report.running_requests, min(report.token_budget, uncached),
-                            report.decode_context_tokens, cached_tokens)
-        return max(0.0, now - request.arrival_s) + work / rate + step
+        """`DeadlineTest.predict_ttft_s` with this router's fallback model."""
+        return self._test.predict_ttft_s(request, report, cached_tokens, now)
 
     def predict_tpot_s(self, request: ClusterRequest, report: ReplicaReport) -> float:
-        """Seconds per output token once ``request`` decodes there: the recent step plus the
-        decodes it and the requests still in prefill there add (with nothing running or no
-        recent step reported, one step of all of them beside the running decodes)."""
-        model = report.step_model or self.fallback_model
-        joining = report.prefilling_requests + 1
-        context = report.prefilling_prompt_tokens + request.prompt_tokens
-        if report.recent_step_s is not None and report.running_requests:
-            return report.recent_step_s + model.decode_s(context, joining)
-        return model.step_s(report.running_requests + joining, 0,
-                            report.decode_context_tokens + context)
+        """`DeadlineTest.predict_tpot_s` with this router's fallback model."""
+        return self._test.predict_tpot_s(request, report)
 
     def _choose(self, request: ClusterRequest, candidates: list[ReplicaReport],
                 now: float) -> ClusterDecision:
@@ -111,15 +88,17 @@ class SLORouter(ClusterRouter):
             raise KeyError(f"rejected_by {rejected_by!r} is not one of {list(self.replicas)!r}")
         self._retries += 1
         if request.request_id in self._retried:
-            return self._record(request, ClusterDecision(
+            return self._passed_on(request, reports, now, rejected_by, ClusterDecision(
                 request_id=request.request_id, replica=None, cause=RouteCause.NO_RETRY))
         self._retried.add(request.request_id)
         others = [r for r in self._accepting(reports) if r.name != rejected_by]
         if not others:
-            return self._record(request, ClusterDecision(
+            return self._passed_on(request, reports, now, rejected_by, ClusterDecision(
                 request_id=request.request_id, replica=None, cause=RouteCause.NO_REPLICA))
         decision = self._place(request, others, now, retry=True)
-        self._retries_placed += decision.accepted
+        if not decision.accepted:
+            return self._passed_on(request, reports, now, rejected_by, decision)
+        self._retries_placed += 1
         # The session's context stays where its earlier calls ran, and a replica that refused
         # once may refuse again: a retry moves neither the session nor the expected cache.
         return self._record(request, decision, remember=False)
@@ -145,7 +124,7 @@ class SLORouter(ClusterRouter):
             feasible = self._feasible(request, candidates, predicted, request.demote_ttft_s)
             demoted = bool(feasible)
         if not feasible:
-            late = min(predicted[r.name] - self._ttft_share(r) * request.ttft_s
+            late = min(predicted[r.name] - self._test.ttft_share(r) * request.ttft_s
                        for r in candidates)
             retry_after = min(max(late, self.min_retry_after_s), self.max_retry_after_s)
             return ClusterDecision(request_id=request.request_id, replica=None,
@@ -169,14 +148,13 @@ class SLORouter(ClusterRouter):
                                cached_tokens=cached.get(name, 0),
                                predicted_ttft_s=predicted[name])
 
-    def _ttft_share(self, report: ReplicaReport) -> float:
-        return self.headroom if report.ttft_headroom is None else report.ttft_headroom
-
     def _feasible(self, request: ClusterRequest, candidates: list[ReplicaReport],
                   predicted: Mapping[str, float], ttft_s: float) -> list[ReplicaReport]:
-        return [r for r in candidates if predicted[r.name] <= self._ttft_share(r) * ttft_s and (
-            request.tpot_s is None
-            or self.predict_tpot_s(request, r) <= (r.tpot_headroom or 1.0) * request.tpot_s)]
+        return [r for r in candidates if self._test.meets(request, r, predicted[r.name], ttft_s)]
+
+    def room_test(self) -> DeadlineTest:
+        """This router's own deadline test."""
+        return self._test
 
     def check_invariants(self) -> None:
         """The base invariants; retried requests are no more than retries."""

@@ -172,6 +172,27 @@ def test_slo_router_retries_once_elsewhere() -> None:
     assert peer.retry(request("q"), reports(), 0.0, rejected_by="r0").cause is RouteCause.NO_RETRY
 
 
+def test_a_rejection_passed_on_while_another_replica_had_room_is_counted() -> None:
+    busy = {"queued": 10_000_000}  # days of prefill ahead: no room for a 1 s target
+    peer = SessionStickyReplicas(replicas=NAMES)
+    assert peer.replica_with_room(request("q"), reports(), 0.0,
+                                  excluding=frozenset({"r0"})) == "r1"
+    peer.retry(request("q"), reports(r1=busy), 0.0, rejected_by="r0")  # r2 had room
+    peer.retry(request("p"), reports(r1=busy, r2=busy), 0.0, rejected_by="r0")  # none had
+    assert peer.stats().rejected_with_room == 1
+    peer.check_invariants()
+    slo = SLORouter(replicas=NAMES)
+    placed = slo.retry(request("q"), reports(), 0.0, rejected_by="r0")
+    assert placed.accepted and slo.stats().rejected_with_room == 0
+    # A second rejection of the same request is passed on (one retry), though r2 has room.
+    slo.retry(request("q"), reports(r1=busy), 0.0, rejected_by=placed.replica)
+    # No other replica meets the deadline: the rejection reaches the client, not counted.
+    slo.retry(request("p"), reports(r1=busy, r2=busy), 0.0, rejected_by="r0")
+    stats = slo.stats()
+    assert (stats.retries, stats.retries_placed, stats.rejected_with_room) == (3, 1, 1)
+    slo.check_invariants()
+
+
 def test_a_retry_keeps_the_session_where_its_context_is() -> None:
     router = SLORouter(replicas=NAMES, block_size_tokens=BLOCK)
     blocks = tuple(range(32))
