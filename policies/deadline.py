@@ -13,8 +13,11 @@ second), so ordering by slack at any ``now`` is ordering by the time-invariant
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import attrs
 
+from policies.needs import Needs
 from policies.validators import finite_non_negative, finite_positive, int_at_least
 from policies.views import RequestView
 
@@ -48,6 +51,8 @@ class EDFRanker:
     decodes) and a request gets one output token per engine step, which lasts
     about 20 ms with ~128 running sequences at 2k context.
     """
+
+    needs: ClassVar[Needs] = Needs(deadlines=True)
 
     prefill_s_per_token: float = attrs.field(default=3e-5, validator=finite_non_negative)
     """Seconds of service one not-yet-computed prompt token is estimated to need."""

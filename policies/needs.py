@@ -30,29 +30,24 @@ class Needs:
     block_quota: bool = False
     """Cap prefill chunks by ``block_quota(view, kv_usage)`` KV blocks (`KVBlockQuota`,
     in the ``watermarks`` slot)."""
+    deadlines: bool = False
+    """In the ``ranking`` slot, also drop waiting requests that can no longer meet their
+    deadline (``is_expired``) and demote late running ones (``is_late``): `DeadlinePolicy`,
+    used only while the ``deadlines`` slot is empty."""
 
 
 NO_NEEDS = Needs()
 """A policy that uses nothing beyond its family's calls."""
 
-_LIFECYCLE = ("on_admitted", "on_first_scheduled", "on_finished")
-
 
 def needs_of(policy: object) -> Needs:
-    """``policy``'s declared ``needs``; for a policy that declares none, the needs its
-    methods imply (lifecycle calls, a ranking under load, a block quota), so policies
-    written without a declaration keep working.
+    """``policy``'s declared ``needs``; a policy that declares none gets none (`NO_NEEDS`),
+    whatever methods it has: the scheduler calls only what a policy asks for.
 
     Raises:
         TypeError: when ``needs`` is declared but is not a `Needs`.
     """
-    needs = getattr(policy, "needs", None)
-    if needs is None:
-        return Needs(
-            lifecycle=all(callable(getattr(policy, name, None)) for name in _LIFECYCLE),
-            load_at_rank=callable(getattr(policy, "rank_key_under_load", None)),
-            block_quota=(callable(getattr(policy, "block_quota", None))
-                         and callable(getattr(policy, "level", None))))
+    needs = getattr(policy, "needs", NO_NEEDS)
     if not isinstance(needs, Needs):
         raise TypeError(f"{type(policy).__name__}.needs must be a policies.Needs, "
                         f"got {needs!r}")

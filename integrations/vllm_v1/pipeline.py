@@ -31,6 +31,7 @@ from policies import (
     StepObserver,
     TokenCapPolicy,
     WarmingPolicy,
+    needs_of,
 )
 from policies.eviction import EvictionOrder
 
@@ -90,7 +91,8 @@ class Pipeline:
         default=None, validator=_implements(DeadlinePolicy, optional=True)
     )
     """Drops waiting requests that can no longer meet their deadline and demotes late running
-    ones (e.g. `EDFRanker`), whatever the ranking; ``None``: the ranking's, if it has them."""
+    ones (e.g. `EDFRanker`), whatever the ranking; ``None``: the ranking's, if its `Needs`
+    ask for deadlines."""
     quotas: QuotaPolicy | None = attrs.field(
         default=None, validator=_implements(QuotaPolicy, optional=True)
     )
@@ -150,10 +152,11 @@ class Pipeline:
 
     @property
     def deadline_policy(self) -> DeadlinePolicy | None:
-        """``deadlines``, else the ranking if it has deadlines (`EDFRanker`), else None."""
+        """``deadlines``, else the ranking if its `Needs` ask for deadlines (`EDFRanker`),
+        else None."""
         if self.deadlines is not None:
             return self.deadlines
-        return self.ranking if isinstance(self.ranking, DeadlinePolicy) else None
+        return self.ranking if needs_of(self.ranking).deadlines else None
 
     @property
     def reorders_requests(self) -> bool:

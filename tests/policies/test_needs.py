@@ -1,5 +1,5 @@
-"""`Needs`: policies declare what they ask of the scheduler, and each declaration matches
-the methods the scheduler will call."""
+"""`Needs`: policies declare what they ask of the scheduler, each declaration matches the
+methods the scheduler will call, and a policy that declares nothing gets nothing."""
 
 import importlib
 import inspect
@@ -12,6 +12,7 @@ from policies import (
     MLFQ,
     WFQ,
     CacheAwareRanker,
+    EDFRanker,
     KVWatermarks,
     LifecycleObserver,
     Needs,
@@ -19,6 +20,7 @@ from policies import (
     SLOAdmission,
     needs_of,
 )
+from policies.needs import NO_NEEDS
 
 
 def policy_classes():
@@ -31,18 +33,25 @@ def policy_classes():
     return sorted(seen.items())
 
 
-LIFECYCLE = ("on_admitted", "on_first_scheduled", "on_finished")
+IMPLIED = {
+    "lifecycle": ("on_admitted", "on_first_scheduled", "on_finished"),
+    "load_at_rank": ("rank_key_under_load",),
+    "block_quota": ("block_quota", "level"),
+    "deadlines": ("is_expired", "is_late"),
+}
+"""The methods the scheduler calls for each need: a class has them exactly when it asks."""
 
 
 @pytest.mark.parametrize(("name", "cls"), policy_classes(),
                          ids=lambda v: v if isinstance(v, str) else "")
-def test_a_policy_with_lifecycle_methods_declares_it(name, cls):
-    has_methods = all(callable(getattr(cls, m, None)) for m in LIFECYCLE)
+def test_a_policy_declares_exactly_the_needs_its_methods_serve(name, cls):
     declared = getattr(cls, "needs", None)
-    if has_methods:
-        assert isinstance(declared, Needs) and declared.lifecycle, name
-    elif declared is not None:
-        assert not declared.lifecycle, name
+    if declared is not None:
+        assert isinstance(declared, Needs), name
+    asks = {need for need in IMPLIED if getattr(declared, need, False)}
+    serves = {need for need, methods in IMPLIED.items()
+              if all(callable(getattr(cls, m, None)) for m in methods)}
+    assert asks == serves, name
 
 
 def test_declared_needs():
@@ -51,11 +60,12 @@ def test_declared_needs():
                                                                   prefix_hits=True)
     assert needs_of(KVWatermarks()) == Needs(block_quota=True)
     assert needs_of(MLFQ()) == Needs(lifecycle=True)
+    assert needs_of(EDFRanker()) == Needs(deadlines=True)
     assert needs_of(WFQ()) == Needs()
 
 
 class Undeclared:
-    """A policy written without a declaration: its methods imply its needs."""
+    """A policy with lifecycle and ranking-under-load methods but no declaration."""
 
     def on_admitted(self, request, now):
         pass
@@ -70,9 +80,9 @@ class Undeclared:
         return 0.0
 
 
-def test_undeclared_needs_follow_the_methods():
+def test_a_policy_without_a_declaration_gets_no_needs():
     assert isinstance(Undeclared(), LifecycleObserver)
-    assert needs_of(Undeclared()) == Needs(lifecycle=True, load_at_rank=True)
+    assert needs_of(Undeclared()) == Needs() == NO_NEEDS
     assert needs_of(object()) == Needs()
 
 

@@ -6,7 +6,7 @@ from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.scheduling.accounting import Accounting, prefill_part
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
 from integrations.vllm_v1.vllm_surface.names import RequestStatus
-from policies import WFQ, AdmissionDecision, TenantQuota
+from policies import WFQ, AdmissionDecision, Needs, TenantQuota
 from tests.vllm_v1.scheduling.seam_fakes import FakeEngine, FakeRequest, admit, view_of
 
 RUNNING, WAITING = RequestStatus.RUNNING, RequestStatus.WAITING
@@ -30,6 +30,8 @@ class FixedCap:
 
 class FixedQuota:
     """A KV-block quota of ``blocks`` for every request (admits everyone)."""
+
+    needs = Needs(block_quota=True)
 
     def __init__(self, blocks) -> None:
         self.blocks = blocks

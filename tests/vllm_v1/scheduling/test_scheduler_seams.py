@@ -1,12 +1,12 @@
 """Each PolicyScheduler seam, driven through the real vLLM scheduler (no model)."""
 
 import attrs
-from vllm.v1.engine import FinishReason
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.rejection import Rejection
-from policies import QoSRanker, QueueDepthLimit
+from integrations.vllm_v1.vllm_surface.names import FinishReason
+from policies import Needs, QoSRanker, QueueDepthLimit
 from tests.helpers.drain import drain
 
 
@@ -122,6 +122,8 @@ def test_async_variant_schedules_like_the_sync_one():
 @attrs.define
 class RecordingRanker:
     """FCFS ranking that also records every lifecycle event it is told about."""
+
+    needs = Needs(lifecycle=True)
 
     events: list = attrs.field(factory=list)
 
