@@ -15,7 +15,8 @@ A feature reports its own metrics: its module declares its series
 them from its policy's ``stats()`` through `PolicyMetrics`'s generic verbs, so the central
 metrics module knows no feature.
 
-This module sits below every feature package and the scheduler (it imports neither),
+This module sits below every feature package and the scheduler (it imports neither at run
+time; its annotations name the scheduler's queue and fault record for type checkers only),
 so a feature package depends on this interface, never on `scheduling`.
 
 Order of calls in one step: `before_schedule` (after the core has expired late
@@ -27,11 +28,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from integrations.vllm_v1.metrics import PolicyMetrics
     from integrations.vllm_v1.pipeline import Pipeline
+    from integrations.vllm_v1.rejection import Rejection
+    from integrations.vllm_v1.scheduling.faults import PolicyFaults
+    from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
+    from integrations.vllm_v1.vllm_surface.names import (
+        CacheConfig,
+        KVCacheConfig,
+        KVCacheManager,
+        ModelRunnerOutput,
+        Request,
+        SchedulerConfig,
+        SchedulerOutput,
+        VllmConfig,
+    )
     from policies import LoadSnapshot, RequestMetadata
 
 
@@ -54,33 +68,33 @@ class SchedulerAccess(Protocol):
     """The policies this scheduler runs (a hook reads its own slot's policy from here)."""
     metrics: PolicyMetrics | None
     """The pipeline's Prometheus metrics, if the engine exports them."""
-    faults: Any
-    """`PolicyFaults`: a hook that contains a fault of its own policy records it here."""
+    faults: PolicyFaults
+    """A hook that contains a fault of its own policy records it here."""
     clock: Callable[[], float]
     """The scheduler's clock (the replay's virtual one in replays)."""
-    vllm_config: Any
-    scheduler_config: Any
-    cache_config: Any
-    kv_cache_config: Any
+    vllm_config: VllmConfig
+    scheduler_config: SchedulerConfig
+    cache_config: CacheConfig
+    kv_cache_config: KVCacheConfig
     max_model_len: int
     block_size: int
     hash_block_size: int
-    kv_cache_manager: Any
+    kv_cache_manager: KVCacheManager
     """vLLM's KV cache manager (block pool, prefix lookups)."""
-    requests: dict[str, Any]
+    requests: dict[str, Request]
     """vLLM's requests by id."""
-    running: list[Any]
+    running: list[Request]
     """The running requests, in service order."""
-    waiting: Any
-    """The waiting queue (`PolicyRequestQueue`): read its first requests with ``head(n)``."""
-    kv_holding_waiting: Any
+    waiting: PolicyRequestQueue
+    """The waiting queue: read its first requests with ``head(n)``."""
+    kv_holding_waiting: PolicyRequestQueue
     """Waiting requests that already hold KV blocks (remote KV loaded)."""
 
     def step_load(self) -> LoadSnapshot:
         """The load as this step began."""
         ...
 
-    def tracked_metadata(self, request: Any) -> RequestMetadata:
+    def tracked_metadata(self, request: Request) -> RequestMetadata:
         """The scheduling metadata of an admitted request."""
         ...
 
@@ -88,7 +102,7 @@ class SchedulerAccess(Protocol):
         """Let at most ``startable`` waiting requests start this step (lower only)."""
         ...
 
-    def add_request(self, request: Any) -> None:
+    def add_request(self, request: Request) -> None:
         """Add a request of the hook's own (e.g. a warm-up request)."""
         ...
 
@@ -101,26 +115,27 @@ class SchedulerHook:
     starts, resumes, finishes or is preempted (a pure-decode step), so that a replay may
     skip such steps without calling them (`benchmarks.replay.fast_forward`)."""
 
-    def on_arrival(self, request: Any) -> None:
+    def on_arrival(self, request: Request) -> None:
         """A new request reached the scheduler (before admission; also rejected ones)."""
 
-    def on_admitted(self, request: Any, tenant: str) -> None:
+    def on_admitted(self, request: Request, tenant: str) -> None:
         """``request`` of ``tenant`` passed admission and is queued."""
 
-    def on_rejected(self, request: Any, rejection: Any) -> None:
-        """``request`` was refused (a `Rejection`); its empty output leaves with the next update."""
+    def on_rejected(self, request: Request, rejection: Rejection) -> None:
+        """``request`` was refused; its empty output leaves with the next update."""
 
     def before_schedule(self, now: float) -> None:
         """A step is about to be scheduled at ``now`` (the step's one clock reading)."""
 
-    def after_schedule(self, scheduler_output: Any) -> None:
+    def after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         """vLLM scheduled the step: ``scheduler_output`` is what it will run."""
 
-    def before_update(self, scheduler_output: Any, model_runner_output: Any) -> None:
+    def before_update(self, scheduler_output: SchedulerOutput,
+                      model_runner_output: ModelRunnerOutput) -> None:
         """The step ran; its outputs are about to update the requests."""
 
     @contextlib.contextmanager
-    def releasing(self, request: Any, *, preempted: bool) -> Iterator[None]:
+    def releasing(self, request: Request, *, preempted: bool) -> Iterator[None]:
         """Around vLLM freeing ``request``'s blocks: preempted, or finished (maybe aborted)."""
         yield
 

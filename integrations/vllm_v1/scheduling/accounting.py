@@ -7,15 +7,19 @@ sizes, and the step's load), so a fake stands in for vLLM in unit tests.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
+from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
 from integrations.vllm_v1.scheduling.ordering import Tracked, ViewOf
-from integrations.vllm_v1.vllm_surface.names import Request, RequestStatus
-from policies import KVBlockQuota, LoadSnapshot, TenantUsage, needs_of
+from integrations.vllm_v1.vllm_surface.names import KVCacheConfig, Request, RequestStatus
+from policies import KVBlockQuota, LoadSnapshot, RequestView, TenantUsage, needs_of
+
+if TYPE_CHECKING:
+    from integrations.vllm_v1.vllm_surface.names import KVCacheManager
 
 
 class EngineState(Protocol):
@@ -25,8 +29,8 @@ class EngineState(Protocol):
     requests: dict[str, Request]
     block_size: int
     max_num_running_reqs: int
-    kv_cache_config: Any
-    kv_cache_manager: Any
+    kv_cache_config: KVCacheConfig
+    kv_cache_manager: KVCacheManager
 
     def step_load(self) -> LoadSnapshot:
         """The load as this step began."""
@@ -56,8 +60,7 @@ class Accounting:
     engine: EngineState
     view: ViewOf
     faults: PolicyFaults
-    metrics: Any = None
-    """`PolicyMetrics`, or None."""
+    metrics: PolicyMetrics | None = None
     block_quota: KVBlockQuota | None = attrs.field(init=False)
     waiting_grants: dict[str, tuple[int, int]] = attrs.field(init=False, factory=dict)
     """This step's ``(computed, new tokens)`` offer to each waiting request vLLM considered."""
@@ -178,7 +181,7 @@ class Accounting:
             self._add_quota_usage(request)
 
     def account_service(self, num_scheduled_tokens: dict[str, int],
-                        step_views: dict[str, Any], now: float) -> None:
+                        step_views: dict[str, RequestView], now: float) -> None:
         """Tell rate, levels and fairness what each request got this step (one pass, no view
         built for a plain decode: the hot path of a step with hundreds decoding).
 

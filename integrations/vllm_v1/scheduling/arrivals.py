@@ -8,10 +8,10 @@ without a vLLM scheduler.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import attrs
 
+from integrations.vllm_v1.metrics import PolicyMetrics
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.rejection import Rejection
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
@@ -41,8 +41,7 @@ class Arrivals:
     load_snapshot: Callable[[float], LoadSnapshot]
     """The engine's load as policies see it, at ``now``."""
     faults: PolicyFaults
-    metrics: Any = None
-    """`PolicyMetrics`, or None."""
+    metrics: PolicyMetrics | None = None
     rejected: list[Rejected] = attrs.field(init=False, factory=list)
     """Rejections not yet reported (`take_rejected`)."""
     ranks_under_load: bool = attrs.field(init=False)

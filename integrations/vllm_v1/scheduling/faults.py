@@ -21,7 +21,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from integrations.vllm_v1.metrics import PolicyMetrics
 
 _LOG = logging.getLogger("vllm.llm_serving_policies")
 
@@ -29,7 +32,7 @@ _LOG = logging.getLogger("vllm.llm_serving_policies")
 class PolicyFaults:
     """Counts, names and logs policy exceptions; the scheduler applies the fallbacks."""
 
-    def __init__(self, policies: Iterable[object], metrics: Any = None) -> None:
+    def __init__(self, policies: Iterable[object], metrics: PolicyMetrics | None = None) -> None:
         self._names = {id(p): type(p).__name__ for p in policies}
         self.metrics = metrics
         self.counts: Counter[tuple[str, str]] = Counter()

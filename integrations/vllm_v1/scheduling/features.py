@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.config.spec import CONFIG_KEY, config_entry
-from integrations.vllm_v1.hooks import SchedulerHook
+from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 from integrations.vllm_v1.pipeline import hooked_slots
 
 COMPOSITION_ROOT = "integrations.vllm_v1.composition"
 """The module whose ``KEY_HOOKS`` maps config keys to hooks (``key -> package.module:factory``)."""
 
 
-def feature_hooks(scheduler: Any) -> list[SchedulerHook]:
+def feature_hooks(scheduler: SchedulerAccess) -> list[SchedulerHook]:
     """The hooks of ``scheduler.pipeline``'s set slots (field order; a factory that returns
     None adds none), then of its config entry's keys, then those the entry's ``hooks`` names
     (each factory once)."""

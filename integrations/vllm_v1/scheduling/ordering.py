@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.scheduling.faults import PolicyFaults
+from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
 from integrations.vllm_v1.vllm_surface.names import Request
 from policies import DeadlinePolicy, RequestMetadata, RequestView
 
@@ -131,7 +131,7 @@ class Ordering:
 
         return key
 
-    def queue_preemption_pair(self, waiting: Any, victim: Request,
+    def queue_preemption_pair(self, waiting: PolicyRequestQueue, victim: Request,
                               beneficiary: Request) -> bool:
         """Move ``beneficiary`` to the head of ``waiting`` and give ``victim`` (still
         running) the key right behind it; False, with nothing changed, when the order is not

@@ -63,9 +63,11 @@ from integrations.vllm_v1.vllm_surface.names import (
     EngineCoreOutput,
     EngineCoreOutputs,
     FinishReason,
+    ModelRunnerOutput,
     Request,
     RequestStatus,
     Scheduler,
+    SchedulerOutput,
     cached_prefix_tokens,
 )
 from policies import (
@@ -260,7 +262,8 @@ class PolicySchedulerMixin:
         self._call("shutdown", self.hooks.shutdown, self.clock())
         super().shutdown()
 
-    def update_from_output(self, scheduler_output: Any, model_runner_output: Any
+    def update_from_output(self, scheduler_output: SchedulerOutput,
+                           model_runner_output: ModelRunnerOutput
                            ) -> dict[int, EngineCoreOutputs]:
         self._call("before_update", self.hooks.before_update, scheduler_output,
                    model_runner_output)
@@ -283,7 +286,7 @@ class PolicySchedulerMixin:
 
     # -- ordering, token caps and accounting ---------------------------------
 
-    def schedule(self, throttle_prefills: bool = False) -> Any:
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         now = self._now = self.clock()
         self._step_views.clear()  # a view shows a request as it stands before the step
         self.accounting.begin_step()
@@ -362,7 +365,7 @@ class PolicySchedulerMixin:
             request, num_computed_tokens, num_new_tokens)
         return self.accounting.token_cap(request, num_computed_tokens, num_new_tokens)
 
-    def _update_after_schedule(self, scheduler_output: Any) -> None:
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         self.waiting.settle()
         self.accounting.end_picks()
         try:
@@ -371,7 +374,7 @@ class PolicySchedulerMixin:
             self.faults.record("accounting", error)
         super()._update_after_schedule(scheduler_output)
 
-    def _after_step(self, scheduler_output: Any) -> None:
+    def _after_step(self, scheduler_output: SchedulerOutput) -> None:
         pipeline = self.pipeline
         if pipeline.rate or pipeline.levels or pipeline.fairness:
             self.accounting.account_service(scheduler_output.num_scheduled_tokens,

@@ -56,12 +56,13 @@ if TYPE_CHECKING:
     from vllm import LLM
     from vllm.forward_context import ForwardContext
     from vllm.v1.attention.backend import AttentionMetadata
-    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 
 __all__ = [
     "AsyncScheduler", "AttentionMetadata", "CacheConfig", "CacheHitSource", "CachePolicy",
     "ChunkStatus", "EngineCoreOutput", "EngineCoreOutputs", "FinishReason", "ForwardContext",
     "FreeKVCacheBlockQueue", "FullAttentionSpec", "KVCacheBlock", "KVCacheBlocks", "KVCacheConfig",
+    "KVCacheManager",
     "KVCacheGroupSpec", "KVConnectorBase_V1", "KVConnectorMetadata", "KVConnectorPromMetrics",
     "KVConnectorRole", "KVConnectorStats", "LLM", "ModelConfig", "ModelRunnerOutput", "OffloadKey",
     "ReqContext", "Request", "RequestQueue", "RequestStatus", "SamplingParams", "Scheduler",

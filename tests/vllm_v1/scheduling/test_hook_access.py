@@ -2,6 +2,7 @@
 (``ast``), and `PolicyScheduler` provides all of it."""
 
 import ast
+import inspect
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,13 @@ def test_the_policy_scheduler_provides_every_member():
     scheduler = SchedulerHarness.build(Pipeline()).scheduler
     assert isinstance(scheduler, SchedulerAccess)
     assert [name for name in sorted(ALLOWED) if not hasattr(scheduler, name)] == []
+
+
+def test_scheduler_access_names_a_type_for_every_member():
+    """No ``Any``: each member and parameter is annotated with the vLLM or project type."""
+    annotations = dict(SchedulerAccess.__annotations__)
+    for name, value in vars(SchedulerAccess).items():
+        if callable(value) and not name.startswith("_"):
+            annotations.update({f"{name}.{p}": str(a) for p, a in
+                                inspect.signature(value).parameters.items() if p != "self"})
+    assert [name for name, annotation in annotations.items() if "Any" in str(annotation)] == []
