@@ -8,6 +8,9 @@ Ray Serve lets an application plug in:
 * `PDRequestRouter` (``router``): `policies.pd_router.PDRouter` (prefix affinity, bounded
   load, failover) as the deployment's Ray Serve request router, fed by the replicas'
   routing stats and the `RoutingHint` (``prefix``) the ingress computes per request;
+* `ClusterRequestRouter` (``cluster_router``): any `policies.cluster_routing` router
+  (`SLORouter`, the peers) as the deployment's request router, fed by the replicas' reports
+  (`VLLMEngine.record_routing_stats`); its refusals answered 503 with ``Retry-After``;
 * `OpenAIIngress` (``ingress``): ``/v1/completions`` and ``/v1/chat/completions``
   (streamed or not), prefill/decode orchestration, retries before the first byte,
   ``/metrics``;
@@ -31,6 +34,7 @@ _LAZY = {
     "VLLMEngine": "integrations.ray_serve.engine",
     "OpenAIIngress": "integrations.ray_serve.ingress",
     "PDRequestRouter": "integrations.ray_serve.router",
+    "ClusterRequestRouter": "integrations.ray_serve.cluster_router",
     "RoutingHint": "integrations.ray_serve.prefix",
     "PromptKeys": "integrations.ray_serve.prefix",
     "TargetsDirectory": "integrations.ray_serve.metrics",

@@ -1,8 +1,10 @@
 """`ServeConfig` and `build_app`: the Ray Serve application, colocated or prefill/decode.
 
 Colocated: ``replicas`` engine replicas (`VLLMEngine`, each running the pipeline)
-behind the `OpenAIIngress`, with `PDRequestRouter` (or Ray Serve's default
-power-of-two-choices router, ``router="pow2"``) choosing the replica of each request.
+behind the `OpenAIIngress`, with `PDRequestRouter` (``router="pd_router"``, the default), Ray
+Serve's default power-of-two-choices router (``router="pow2"``) or a
+`policies.cluster_routing` router (``router="slo"``, ``"session-sticky"``, ...:
+`ClusterRequestRouter`) choosing the replica of each request.
 
 Disaggregated (``prefill_replicas > 0``): a ``prefill`` deployment of engines running
 the ``pd-prefill`` role (`integrations.vllm_v1.config.pd_roles.PD_PREFILL` applied to the
@@ -30,9 +32,14 @@ from integrations.ray_serve.engine import EngineConfig, VLLMEngine
 from integrations.ray_serve.ingress import IngressConfig, OpenAIIngress
 from integrations.ray_serve.metrics import TargetsDirectory
 from integrations.vllm_v1.pipeline import Pipeline
+from policies.cluster_routing import ROUTERS as ROUTER_NAMES
 
-ROUTERS = ("pd_router", "pow2")
-"""``pd_router``: `integrations.ray_serve.router.PDRequestRouter`; ``pow2``: Ray Serve's default."""
+CLUSTER_ROUTERS = tuple(name for name in ROUTER_NAMES if name != "pow2")
+"""The `policies.cluster_routing` routers, run by
+`integrations.ray_serve.cluster_router.ClusterRequestRouter` (``pow2`` is Ray Serve's own)."""
+ROUTERS = ("pd_router", "pow2", *CLUSTER_ROUTERS)
+"""``pd_router``: `integrations.ray_serve.router.PDRequestRouter`; ``pow2``: Ray Serve's default;
+the rest (`CLUSTER_ROUTERS`): ``slo`` (`policies.cluster_routing.SLORouter`) and the peers."""
 CONNECTORS = ("auto", "example", "nixl")
 
 
@@ -68,8 +75,11 @@ class ServeConfig:
     prefill_replicas: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     """Prefill replicas; 0: colocated serving."""
     router: str = attrs.field(default="pd_router", validator=_choice(ROUTERS))
+    """Which request router picks each request's engine replica (`ROUTERS`)."""
     router_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
-    """`PDRequestRouter.initialize_state` arguments (``balance_epsilon``, ...)."""
+    """The router's ``initialize_state`` arguments: `PDRequestRouter`'s (``balance_epsilon``,
+    ...), or `ClusterRequestRouter`'s (``saturation_tokens``, ``seed``, ``slo``: the SLO
+    declaration, by default the pipeline mapping's ``slo`` entry)."""
     block_size_tokens: int | None = None
     """Tokens per prefix key; None: the ``--block-size`` in ``vllm_args``, else 16."""
     kv_connector: str = attrs.field(default="auto", validator=_choice(CONNECTORS))
@@ -144,6 +154,16 @@ def _engine_deployment(config: ServeConfig, name: str, replicas: int) -> Any:
                                    "block_size_tokens": config.hint_block_size(),
                                    **config.router_kwargs},
             request_routing_stats_period_s=config.routing_stats_period_s)
+    elif config.router in CLUSTER_ROUTERS:
+        from integrations.ray_serve.cluster_router import ClusterRequestRouter
+
+        declared = config.pipeline.get("slo") if isinstance(config.pipeline, Mapping) else None
+        router = RequestRouterConfig(
+            request_router_class=ClusterRequestRouter,
+            request_router_kwargs={"router": config.router, "deployment": name,
+                                   "block_size_tokens": config.hint_block_size(),
+                                   "slo": declared, **config.router_kwargs},
+            request_routing_stats_period_s=config.routing_stats_period_s)
     else:
         router = RequestRouterConfig(request_routing_stats_period_s=config.routing_stats_period_s)
     options: dict[str, Any] = {"num_cpus": config.num_cpus_per_replica}
@@ -171,7 +191,8 @@ def build_app(config: ServeConfig) -> Any:
     ingress = IngressConfig(model=config.model, block_size_tokens=config.hint_block_size(),
                             max_attempts=config.max_attempts,
                             engine_label="decode" if config.disaggregated else "engine",
-                            targets_dir=targets)
+                            targets_dir=targets,
+                            retry_rejections=config.router in CLUSTER_ROUTERS)
     front = serve.deployment(OpenAIIngress, name="ingress", num_replicas=1,
                              ray_actor_options={"num_cpus": 0},
                              max_ongoing_requests=1024)

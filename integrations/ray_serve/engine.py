@@ -20,7 +20,9 @@ own, listed in a `TargetsDirectory` for Prometheus.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -44,6 +46,11 @@ LOAD_GAUGES = {"vllm:num_requests_running": "running_requests",
                "vllm:num_requests_waiting": "waiting_requests",
                "vllm:kv_cache_usage_perc": "kv_usage"}
 """vLLM's gauges read for the routing stats, and the stats key each one fills."""
+POLICY_GAUGES = {"policies:slo_headroom": "ttft_headroom",
+                 "policies:slo_tpot_headroom": "tpot_headroom"}
+"""The SLO admission's gauges read for the routing stats (`integrations.vllm_v1.slo`)."""
+STEP_MODEL_GAUGE = "policies:step_model_coefficient"
+"""The learned step model's coefficients, by ``term``."""
 
 
 @attrs.frozen(kw_only=True)
@@ -90,6 +97,16 @@ class EngineConfig:
 
 
 @attrs.frozen(kw_only=True)
+class RouterRejection:
+    """The request router's refusal, which the replica it reaches answers without its engine
+    (Ray Serve's request router can only pick replicas; the ingress answers it with 503)."""
+
+    reason: str
+    """e.g. ``router_no_feasible``."""
+    retry_after_s: float | None = None
+
+
+@attrs.frozen(kw_only=True)
 class EngineRequest:
     """One HTTP request for an engine's OpenAI application, with its routing hint."""
 
@@ -99,6 +116,14 @@ class EngineRequest:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     hint: RoutingHint = attrs.field(factory=RoutingHint)
+    request_id: str = ""
+    """The client request's id at the ingress (the same for its retry)."""
+    arrival_s: float = 0.0
+    """When the ingress received it (wall-clock seconds)."""
+    rejected_by: str | None = None
+    """Set on a retry: the replica (unique id) that answered 503."""
+    rejection: RouterRejection | None = None
+    """Set by the request router when it refuses the request (`RouterRejection`)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -115,6 +140,10 @@ class ReplyHead:
     """The replica's Ray actor name (``ray.get_actor(actor, namespace="serve")``)."""
     node: str
     """The Ray node id it runs on."""
+    retry_after: str | None = None
+    """The answer's ``Retry-After`` header, if any."""
+    router_rejection: RouterRejection | None = None
+    """Set when the answer is the request router's refusal, not the engine's."""
 
 
 def _fresh_metrics_dir() -> str:
@@ -164,15 +193,24 @@ class VLLMEngine:
             self._targets.write(self.replica, self.metrics_address, {
                 "deployment": context.deployment, "app": context.app_name,
                 "role": config.role, "node": self._node})
-        self._queued_prefill_tokens = 0
+        self._queued: dict[int, tuple[float, str | None, str | None, int]] = {}
+        """Requests without their first bytes yet: (arrival, class, tenant, prompt tokens)."""
         self._streaming = 0
+        self._shape = _engine_shape(self.engine)
+        self._ranks_by_deadline = _ranks_by_deadline(config.pipeline)
         logger.info("engine replica %s ready; metrics on http://%s/metrics", self.replica,
                     self.metrics_address)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[ReplyHead | bytes]:
-        """Run ``request`` through vLLM's OpenAI app: a `ReplyHead`, then the rest of the body."""
-        tokens = request.hint.prompt_tokens
-        self._queued_prefill_tokens += tokens
+        """Run ``request`` through vLLM's OpenAI app: a `ReplyHead`, then the rest of the body
+        (the router's refusal, when it carries one, without the engine)."""
+        if request.rejection is not None:
+            yield self._refusal(request.rejection)
+            return
+        key = id(request)
+        hint = request.hint
+        self._queued[key] = (request.arrival_s or time.time(), hint.slo_class, hint.tenant,
+                             hint.prompt_tokens)
         self._streaming += 1
         answer = call_asgi(self.app, request.method, request.path, body=request.body,
                            headers=dict(request.headers))
@@ -181,31 +219,53 @@ class VLLMEngine:
             start = await anext(answer)
             assert isinstance(start, ResponseStart)
             first = await anext(answer, b"")
-            self._queued_prefill_tokens -= tokens
+            self._queued.pop(key, None)
             waiting_first = False
             yield ReplyHead(status=start.status,
                             content_type=start.header("content-type", "application/json"),
                             first_chunk=first, replica=self.replica, actor=self._actor,
-                            node=self._node)
+                            node=self._node, retry_after=start.header("retry-after"))
             async for chunk in answer:
                 yield chunk
         finally:
             if waiting_first:
-                self._queued_prefill_tokens -= tokens
+                self._queued.pop(key, None)
             self._streaming -= 1
             await answer.aclose()
 
+    def _refusal(self, rejection: RouterRejection) -> ReplyHead:
+        body = {"error": {"message": f"{rejection.reason}: no replica is predicted to meet "
+                                     "this request's latency target now",
+                          "type": rejection.reason, "code": 503}}
+        retry = rejection.retry_after_s
+        return ReplyHead(status=503, content_type="application/json",
+                         first_chunk=json.dumps(body).encode(), replica=self.replica,
+                         actor=self._actor, node=self._node,
+                         retry_after=None if retry is None else str(max(1, math.ceil(retry))),
+                         router_rejection=rejection)
+
     async def record_routing_stats(self) -> dict[str, Any]:
-        """This replica's load, for the request router (Ray Serve pulls it periodically)."""
+        """This replica's load, for the request router (Ray Serve pulls it periodically):
+        vLLM's load gauges; the requests waiting for their first bytes (``queued``:
+        arrival, class, tenant, prompt tokens) and their prompt tokens; the engine's step
+        budget and KV capacity; where the pipeline has them, its learned step model's
+        coefficients (``step_model``) and its SLO admission's headrooms in force."""
         stats: dict[str, Any] = {"running_requests": 0.0, "waiting_requests": 0.0,
                                  "kv_usage": 0.0}
-        for family in _vllm_families():
-            key = LOAD_GAUGES.get(family.name)
+        coefficients: dict[str, float] = {}
+        for family in [*_vllm_families(), *_policy_families(self._metrics_dir)]:
+            key = LOAD_GAUGES.get(family.name) or POLICY_GAUGES.get(family.name)
             if key is not None:
                 stats[key] = sum(sample.value for sample in family.samples)
-        stats.update(queued_prefill_tokens=self._queued_prefill_tokens,
+            elif family.name == STEP_MODEL_GAUGE:
+                coefficients.update((s.labels.get("term", ""), s.value) for s in family.samples)
+        queued = list(self._queued.values())
+        stats.update(queued_prefill_tokens=sum(q[3] for q in queued), queued=queued,
                      in_flight=self._streaming, time_s=time.time(),
-                     metrics_address=self.metrics_address)
+                     ranks_by_deadline=self._ranks_by_deadline,
+                     metrics_address=self.metrics_address, **self._shape)
+        if coefficients:
+            stats["step_model"] = coefficients
         return stats
 
     async def check_health(self) -> None:
@@ -237,6 +297,35 @@ def _vllm_families() -> list[Any]:
     from prometheus_client import REGISTRY
 
     return list(REGISTRY.restricted_registry(list(LOAD_GAUGES)).collect())
+
+
+def _policy_families(metrics_dir: str) -> list[Any]:
+    """The pipeline's gauges the routing stats read, from the engine core's multiprocess
+    files."""
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    wanted = {*POLICY_GAUGES, STEP_MODEL_GAUGE}
+    return [f for f in MultiProcessCollector(None, path=metrics_dir).collect()
+            if f.name in wanted]
+
+
+def _engine_shape(engine: Any) -> dict[str, int]:
+    """The engine's tokens per step (``max_num_batched_tokens``) and KV capacity in tokens,
+    from its configuration (vLLM's frontend learns the block count from the engine core)."""
+    config = engine.vllm_config
+    cache = config.cache_config
+    blocks = cache.num_gpu_blocks or 0
+    return {"token_budget": int(config.scheduler_config.max_num_batched_tokens),
+            "kv_capacity_tokens": int(blocks * cache.block_size)}
+
+
+def _ranks_by_deadline(spec: Pipeline | str | Mapping[str, Any] | None) -> bool:
+    """Whether the pipeline serves prefill earliest first-token deadline first."""
+    from policies import TTFTDeadlineRanker
+
+    if spec is None:
+        return False
+    return isinstance(resolve_pipeline(spec).ranking, TTFTDeadlineRanker)
 
 
 def _advertised(host: str) -> str:

@@ -12,7 +12,11 @@ engine replicas' metrics endpoints, Prometheus HTTP-SD form). Per request it:
    original request, plus the ``kv_transfer_params`` the prefill answer returned, to the
    decode deployment (vLLM's KV-connector protocol; `ExampleConnector` on CPU keys KV by
    the prompt and returns none);
-3. relays the engine's answer: status, body, stream.
+3. relays the engine's answer: status, body, stream; with a cluster router
+   (`integrations.ray_serve.cluster_router`), a refusal by the router is answered 503 with
+   ``Retry-After`` and the reason (``x-rejected-by: router``), and a replica's 503 is sent
+   once more through the router, which may place it on another replica with room
+   (``retry_rejections``), before the client sees it.
 
 Failover (what a client sees when a replica dies):
 
@@ -32,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -71,6 +77,10 @@ class IngressConfig:
     prefill_label: str = "prefill"
     targets_dir: str | None = None
     """The engines' `TargetsDirectory` (None: ``/metrics/targets`` lists nothing)."""
+    retry_rejections: bool = False
+    """Send a request an engine replica answered 503 once more through the request router,
+    naming that replica (a cluster router's ``retry``: `integrations.ray_serve.cluster_router`);
+    the client gets the first 503 when the router places it nowhere."""
 
 
 @attrs.define(eq=False)
@@ -80,6 +90,19 @@ class _Attempt:
     head: ReplyHead
     rest: Any
     attempts: int
+
+
+class _Drained:
+    """The rest of an answer already read into its head: nothing more to stream."""
+
+    def __aiter__(self) -> _Drained:
+        return self
+
+    async def __anext__(self) -> bytes:
+        raise StopAsyncIteration
+
+    def cancel(self) -> None:
+        """Nothing is under way."""
 
 
 class _Failed(Exception):
@@ -186,6 +209,7 @@ class OpenAIIngress:
 
     # -- serving ----------------------------------------------------------------------
     async def _serve(self, request: Request, endpoint: str) -> Response:
+        arrived_s = time.time()
         try:
             body = json.loads(await request.body())
         except (ValueError, UnicodeDecodeError):
@@ -202,9 +226,9 @@ class OpenAIIngress:
             prefilled_by = await self._prefill(endpoint, body, headers, hint)
             if isinstance(prefilled_by, Response):
                 return prefilled_by
-            attempt = await self._first(self.engine, EngineRequest(
+            attempt = await self._engine_answer(EngineRequest(
                 path=f"/v1/{endpoint}", body=json.dumps(body).encode(), headers=headers,
-                hint=hint), self.config.engine_label)
+                hint=hint, request_id=uuid.uuid4().hex, arrival_s=arrived_s))
             return await self._relay(endpoint, body, attempt, prefilled_by)
         except _Failed as failed:
             self._count(endpoint, "rejected", failed.reason)
@@ -246,6 +270,28 @@ class OpenAIIngress:
             body["kv_transfer_params"] = params
         return attempt.head.replica
 
+    async def _engine_answer(self, request: EngineRequest) -> _Attempt:
+        """The engine deployment's answer; with ``retry_rejections``, a replica's 503 is sent
+        once more through the router (which may place it on another replica) before the
+        client sees it."""
+        label = self.config.engine_label
+        attempt = await self._first(self.engine, request, label)
+        head = attempt.head
+        if not self.config.retry_rejections or head.status != 503 or \
+                head.router_rejection is not None:
+            return attempt
+        rest = b"".join([c async for c in attempt.rest])
+        first = _Attempt(attrs.evolve(head, first_chunk=head.first_chunk + rest), _Drained(),
+                         attempt.attempts)
+        again = await self._first(self.engine, attrs.evolve(request, rejected_by=head.replica),
+                                  label)
+        placed = again.head.router_rejection is None
+        metrics.INGRESS_REJECTION_RETRIES.labels(label, "placed" if placed else "passed_on").inc()
+        if not placed:
+            return first
+        again.attempts += attempt.attempts
+        return again
+
     async def _first(self, handle: DeploymentHandle, request: EngineRequest,
                      label: str) -> _Attempt:
         """Send ``request`` until a replica answers (at most ``max_attempts`` tries)."""
@@ -282,6 +328,13 @@ class OpenAIIngress:
                    "x-served-on-node": head.node, "x-attempts": str(attempt.attempts)}
         if prefilled_by:
             headers["x-prefilled-by"] = prefilled_by
+        if head.retry_after is not None:
+            headers["retry-after"] = head.retry_after
+        if head.router_rejection is not None:  # the router's refusal: no replica served it
+            headers = {"x-rejected-by": "router", "retry-after": head.retry_after or "1"}
+            self._count(endpoint, "rejected", head.router_rejection.reason)
+            return Response(head.first_chunk, status_code=503, media_type=head.content_type,
+                            headers=headers)
         if head.status != 200 or not body.get("stream") or \
                 not head.content_type.startswith("text/event-stream"):
             try:

@@ -7,11 +7,17 @@ engine replica serves vLLM's metrics and the pipeline's on its own port (see
 (`TargetsDirectory`).
 
 * ``policies:router_decisions_total{deployment,reason}``: one per routed request; reason
-  ``affinity`` / ``session`` / ``spillover`` / ``least_loaded`` (`policies.pd_router.RouteReason`), or
+  ``affinity`` / ``session`` / ``spillover`` / ``least_loaded`` (`policies.pd_router.RouteReason`),
+  a cluster router's `policies.cluster_routing.RouteCause` (``feasible``, ``cache``,
+  ``retried``, ``no_feasible``, ...), or
   ``fallback`` when Ray Serve sent the request to another replica than the one chosen
   (the chosen one was full or had just died).
 * ``policies:router_failovers_total{deployment}``: decisions that avoided a replica
   known to be gone while it held the longest cached prefix.
+* ``policies:router_rejected_with_room_total{deployment}``: a cluster router
+  (`integrations.ray_serve.cluster_router`) passed a replica's rejection on to the client
+  while another replica was predicted to meet the request's targets
+  (`policies.cluster_routing.ClusterRouter.replica_with_room`).
 * ``policies:router_replicas{deployment,state}``: replicas the router routes to (``up``)
   or remembers as gone (``down``).
 * ``policies:ingress_requests_total{endpoint,outcome}``: every request the ingress was
@@ -21,6 +27,8 @@ engine replica serves vLLM's metrics and the pipeline's on its own port (see
   ``replica_failed`` (every attempt's replica died before its first byte, or the serving
   one died mid-stream), ``engine_error`` (5xx), ``http_<status>`` otherwise.
 * ``policies:ingress_retries_total{deployment}``: attempts repeated on another replica.
+* ``policies:ingress_rejection_retries_total{deployment,outcome}``: replica 503s sent once
+  more through a cluster router, ``placed`` on another replica or ``passed_on`` to the client.
 """
 
 from __future__ import annotations
@@ -44,6 +52,10 @@ ROUTER_FAILOVERS = Counter("policies:router_failovers",
                            ["deployment"], registry=REGISTRY)
 ROUTER_REPLICAS = Gauge("policies:router_replicas", "Replicas the router knows, by state",
                         ["deployment", "state"], registry=REGISTRY)
+ROUTER_REJECTED_WITH_ROOM = Counter(
+    "policies:router_rejected_with_room",
+    "Replica rejections passed on to the client while another replica had room",
+    ["deployment"], registry=REGISTRY)
 INGRESS_REQUESTS = Counter("policies:ingress_requests", "Requests by endpoint and outcome",
                            ["endpoint", "outcome"], registry=REGISTRY)
 INGRESS_REJECTIONS = Counter("policies:ingress_rejections", "Rejected requests by reason",
@@ -51,6 +63,10 @@ INGRESS_REJECTIONS = Counter("policies:ingress_rejections", "Rejected requests b
 INGRESS_RETRIES = Counter("policies:ingress_retries",
                           "Attempts repeated on another replica after a replica failed",
                           ["deployment"], registry=REGISTRY)
+INGRESS_REJECTION_RETRIES = Counter(
+    "policies:ingress_rejection_retries",
+    "Replica 503s sent once more through a cluster router: placed on another replica, or "
+    "passed on to the client", ["deployment", "outcome"], registry=REGISTRY)
 
 ROUTE_REASONS = ("affinity", "session", "spillover", "least_loaded", "unavailable", "fallback")
 OUTCOMES = ("completed", "rejected", "cancelled")
@@ -64,6 +80,7 @@ def declare(deployments: tuple[str, ...]) -> None:
         for reason in ROUTE_REASONS:
             ROUTER_DECISIONS.labels(deployment, reason)
         ROUTER_FAILOVERS.labels(deployment)
+        ROUTER_REJECTED_WITH_ROOM.labels(deployment)
         INGRESS_RETRIES.labels(deployment)
     for endpoint in ENDPOINTS:
         for outcome in OUTCOMES:

@@ -30,6 +30,10 @@ class RoutingHint:
     """Chained keys of the prompt's full blocks (see `chain_keys`)."""
     session_id: str | None = None
     """The agent session the request is a turn of (`request_session_id`), if it names one."""
+    slo_class: str | None = None
+    """The SLO class the body names (``vllm_xargs.slo_class``), if any."""
+    tenant: str | None = None
+    """The tenant the body names (``vllm_xargs.tenant``), if any."""
 
 
 def block_keys(token_ids: list[int], block_size_tokens: int) -> tuple[int, ...]:
@@ -67,14 +71,18 @@ class PromptKeys:
     def hint(self, endpoint: str, body: Mapping[str, Any]) -> RoutingHint:
         """The hint for a ``completions`` or ``chat/completions`` body (no prompt keys if it
         has no prompt this can read: vLLM answers such a request with its own 400)."""
+        xargs = body.get("vllm_xargs")
+        xargs = xargs if isinstance(xargs, dict) else {}
+        named = {key: xargs[key] for key in ("slo_class", "tenant")
+                 if isinstance(xargs.get(key), str)}
         session_id = request_session_id(body)
         units, are_tokens = self.prompt_units(endpoint, body)
         if units is None:
-            return RoutingHint(session_id=session_id)
+            return RoutingHint(session_id=session_id, **named)
         tokens = len(units) if are_tokens else len(units) // 4 + 1
         return RoutingHint(prompt_tokens=tokens,
                            block_keys=block_keys(units, self.block_size_tokens),
-                           session_id=session_id)
+                           session_id=session_id, **named)
 
     def prompt_units(self, endpoint: str, body: Mapping[str, Any]
                      ) -> tuple[list[int] | None, bool]:
