@@ -54,7 +54,6 @@ from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.config.spec import CONFIG_KEY
 from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
 from integrations.vllm_v1.serving.server import LocalServer, serve
-from integrations.vllm_v1.serving.tenants import SLO_PRESET
 
 STOCK = ("fcfs", "priority")
 QUEUE_WAIT_S = (0.5, 1.0, 2.0)
@@ -79,7 +78,7 @@ def queue_cap_systems(capacity_rps: float, waits_s: Sequence[float] = QUEUE_WAIT
 def start_system(system: str, scale: LiveScale, *, model: str, log_path: Path) -> LocalServer:
     """The OpenAI server of one system (see the module docs)."""
     if system == SLO_SYSTEM:
-        entry = {CONFIG_KEY: {"pipeline": SLO_PRESET, "slo": DECLARATION}}  # as the README
+        entry = {CONFIG_KEY: {"pipeline": "slo", "slo": DECLARATION}}  # as the README
         return serve(Pipeline(), model, port=free_port(), vllm_args=(
             *scale.vllm_args(), "--additional-config", json.dumps(entry)),
                      log_path=str(log_path))

@@ -15,6 +15,8 @@ and checks that the scheduler may import it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from policies import (
@@ -35,8 +37,13 @@ from policies import (
 )
 from policies.eviction import EvictionOrder
 
+if TYPE_CHECKING:
+    from integrations.vllm_v1.config.slo import SLOSpec
+
 HOOK = "hook"
 """Field metadata key: the `SchedulerHook` factory that runs the slot (``package.module:name``)."""
+DECLARATIONS = frozenset({"slo"})
+"""Fields that say what the pipeline serves rather than hold a policy: not slots."""
 
 
 def _implements(protocol: type, optional: bool = False):
@@ -138,6 +145,12 @@ class Pipeline:
     of the queue and the victim waits right behind it; with ``fairness`` (which picks the
     tenant served next) only a request already at the head is served so."""
 
+    slo: SLOSpec | None = None
+    """The SLO declaration the pipeline serves (`slo_pipeline` sets it; None: none). The
+    API server reads it from the pipeline it serves, however that pipeline was named (the
+    ``slo`` preset, a pipeline built in Python): its door, class checks and headers follow
+    it. Not a slot: the policies hold what they need of it."""
+
     def __attrs_post_init__(self) -> None:
         if self.quotas is not None and self.fairness is None:
             raise ValueError("Pipeline.quotas needs a fairness policy (e.g. WFQ) to pick among "
@@ -147,7 +160,7 @@ class Pipeline:
     def policies(self) -> tuple[object, ...]:
         """Every policy in the pipeline, one per set slot, in field order."""
         slots = (getattr(self, field.name) for field in attrs.fields(Pipeline)
-                 if field.name != "warming_state_path")
+                 if field.name != "warming_state_path" and field.name not in DECLARATIONS)
         return tuple(p for p in slots if p is not None)
 
     @property

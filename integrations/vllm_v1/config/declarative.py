@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 import policies
-from integrations.vllm_v1.pipeline import Pipeline
+from integrations.vllm_v1.config.field_types import type_problem
+from integrations.vllm_v1.pipeline import DECLARATIONS, Pipeline
 
 CLASS_KEY = "class"
 PLAIN_SLOTS = frozenset({"warming_state_path"})
@@ -36,7 +37,7 @@ class PipelineConfigError(ValueError):
 
 def slots() -> list[str]:
     """The slots a mapping may set."""
-    return [field.name for field in attrs.fields(Pipeline)]
+    return [field.name for field in attrs.fields(Pipeline) if field.name not in DECLARATIONS]
 
 
 def build_pipeline(mapping: Mapping[str, Any], *, where: str = "pipeline") -> Pipeline:
@@ -100,7 +101,7 @@ def _instantiate(name: object, arguments: dict[str, Any], where: str) -> Any:
         fields = attrs.fields_dict(cls)
         problems = [f"{where}.{field} must be {what}, got {value!r}"
                     for field, value in arguments.items() if field in fields
-                    and (what := _type_problem(fields[field].type, value))]
+                    and (what := type_problem(fields[field].type, value))]
         if problems:
             raise PipelineConfigError("\n".join(problems))
         for field, value in arguments.items():
@@ -109,31 +110,8 @@ def _instantiate(name: object, arguments: dict[str, Any], where: str) -> Any:
                 arguments[field] = random.Random(value)  # a seed
     try:
         return cls(**arguments)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, AttributeError) as error:
         raise PipelineConfigError(f"{where} ({cls.__name__}): {error}") from error
-
-
-_PLAIN_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "float": ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
-    "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "str": ("a string", lambda v: isinstance(v, str)),
-}
-"""Annotations a configuration value is checked against before the constructor sees it
-(its validators may compare before they check the type), with how a message names them."""
-
-
-def _type_problem(annotation: object, value: Any) -> str | None:
-    """What ``value`` must be, if ``annotation`` is a plain type (or one or None) it is not."""
-    names = [part.strip() for part in str(getattr(annotation, "__name__", annotation))
-             .split("|")]
-    kinds = [name for name in names if name != "None"]
-    if len(kinds) != 1 or kinds[0] not in _PLAIN_TYPES or (value is None and "None" in names):
-        return None
-    what, fits = _PLAIN_TYPES[kinds[0]]
-    if fits(value):
-        return None
-    return what + (" or null" if "None" in names else "")
 
 
 def _resolve_class(name: object, where: str) -> type:

@@ -418,6 +418,8 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
     - preemption: `SlotPreemption`, where declared: with every slot taken, a request at risk
       of missing its first-token target takes a less important request's slot;
+    - slo: ``spec`` itself (`Pipeline.slo`), so the API server serving the pipeline, however
+      it was named, answers at its door for the same classes;
     - watermarks: the KV red band only, with no per-request block quota. Admission weighs
       the KV cache itself (`SLOAdmission.kv_ready_s`), but the band reacts to usage at once
       and still pays: on ``azure-conv`` x4 without it, goodput fell from 16.62 to 14.81
@@ -426,4 +428,5 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
     """
     return Pipeline(**slo_slots(spec).pipeline_slots(),
                     watermarks=KVWatermarks(low_priority_from=PRIORITY_MAX + 1,
-                                            base_quota_blocks=None))
+                                            base_quota_blocks=None),
+                    slo=spec if spec is not None else SLOSpec())

@@ -39,6 +39,7 @@ from typing import Any
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError, build_pipeline
 from integrations.vllm_v1.config.presets import PRESETS, preset
+from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.pipeline import Pipeline
 
 CONFIG_KEY = "llm_serving_policies"
@@ -71,6 +72,19 @@ def pipeline_from_additional_config(additional_config: object) -> Pipeline:
         raise PipelineConfigError(f"{CONFIG_KEY}.tenant_weights must be a mapping of tenant "
                                   f"-> weight, got {type(weights).__name__}")
     return resolve_pipeline(entry["pipeline"], tenant_weights=weights, slo=entry.get("slo"))
+
+
+def served_slo(entry: Mapping[str, Any]) -> SLOSpec | None:
+    """The SLO declaration (`Pipeline.slo`) of the pipeline our config ``entry`` names: the
+    ``slo`` preset's, or the one a pipeline built by `slo_pipeline` carries in any form
+    (pickled from Python, an import path); None for a pipeline without one.
+
+    Raises:
+        PipelineConfigError: the entry names no pipeline that can be built.
+    """
+    if entry.get("pipeline") is None:
+        return None
+    return pipeline_from_additional_config({CONFIG_KEY: entry}).slo
 
 
 def resolve_pipeline(spec: object, *, tenant_weights: Mapping[str, float] = {},  # noqa: B006

@@ -11,8 +11,8 @@ messages, new ones included. For each request, in order:
    messages), else 400: ``priority`` (where the route's body model has the field),
    the ``X-Vllm-Priority`` header (an integer, sent at most once: vLLM reads the
    first of several, a proxy in front may read the last, so two are refused), and
-   ``vllm_xargs`` ``tenant`` / ``slo_class`` / ``deadline_ms``; with the ``slo`` preset
-   (`declared_slo`), a ``slo_class`` must be one it declares;
+   ``vllm_xargs`` ``tenant`` / ``slo_class`` / ``deadline_ms``; with an SLO declaration
+   (`integrations.vllm_v1.config.spec.served_slo`), a ``slo_class`` must be one it declares;
 3. **may it**: a tenant named in ``vllm_xargs`` must be the credential's, and the
    priority and SLO class within the tenant's limits, else 403. With the ``slo``
    preset, the class must be one the preset allows the tenant
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -51,7 +50,6 @@ from integrations.vllm_v1.serving.asgi import (
 from integrations.vllm_v1.serving.rejection_channel import TICKET_KEY
 from integrations.vllm_v1.serving.routes import EngineRoute
 from integrations.vllm_v1.serving.tenants import (
-    SLO_PRESET,
     Identity,
     Refusal,
     TenantBinding,
@@ -62,15 +60,6 @@ from policies.metadata import RECEIVED_KEY
 from policies.views import DEFAULT_TENANT
 
 PRIORITY_HEADER = b"x-vllm-priority"
-
-
-def declared_slo(entry: Mapping[str, Any]) -> SLOSpec | None:
-    """The ``slo`` preset's declaration, when our config ``entry`` serves that preset.
-
-    Raises:
-        PipelineConfigError: naming the field of ``slo`` that is wrong.
-    """
-    return SLOSpec.parse(entry.get("slo")) if entry.get("pipeline") == SLO_PRESET else None
 
 
 @attrs.frozen(kw_only=True)

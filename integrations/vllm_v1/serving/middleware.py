@@ -34,6 +34,7 @@ import attrs
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
 from integrations.vllm_v1.config.slo import SLOSpec
+from integrations.vllm_v1.config.spec import served_slo
 from integrations.vllm_v1.serving.asgi import (
     ASGIApp,
     Message,
@@ -46,7 +47,7 @@ from integrations.vllm_v1.serving.asgi import (
 from integrations.vllm_v1.serving.drain import HEALTH_PATHS, Drain
 from integrations.vllm_v1.serving.frontend import FrontendStage
 from integrations.vllm_v1.serving.http_status import Responder
-from integrations.vllm_v1.serving.http_validation import declared_slo, forward_checked
+from integrations.vllm_v1.serving.http_validation import forward_checked
 from integrations.vllm_v1.serving.rejection_channel import RejectionBook, channel_address
 from integrations.vllm_v1.serving.routes import EngineRoute, RouteTable
 from integrations.vllm_v1.serving.tenants import TenantBinding
@@ -85,7 +86,7 @@ class PolicyMiddleware:
             entry = app_entry(scope)
             binding = TenantBinding.from_entry(entry)
             drain = Drain.from_entry(entry)
-            slo = declared_slo(entry)
+            slo = served_slo(entry)
             address = channel_address(entry)
             book = RejectionBook(address) if address else None
             if book is not None and not book.start():

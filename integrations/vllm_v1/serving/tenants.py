@@ -58,7 +58,7 @@ from typing import Any
 import attrs
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
-from integrations.vllm_v1.config.spec import CONFIG_KEY
+from integrations.vllm_v1.config.spec import CONFIG_KEY, served_slo
 from policies import InvalidRequestMetadata, parse_request_metadata
 from policies.views import DEFAULT_TENANT
 
@@ -74,9 +74,6 @@ MAX_REMEMBERED_SIGNATURES = 100_000
 """Gateway signatures remembered (to refuse a replay) before the oldest are forgotten."""
 SERVING_KEYS = ("tenants", "require_credential", "anonymous_tenant", "gateway")
 """The keys of our config entry this module reads."""
-SLO_PRESET = "slo"
-"""The pipeline preset whose declaration (``slo.allowed_classes``) says which SLO classes
-each tenant may name."""
 
 
 @attrs.frozen(kw_only=True)
@@ -172,7 +169,7 @@ class TenantBinding:
     gateway: Gateway | None = None
     anonymous_slo_classes: frozenset[str] | None = frozenset()
     """The SLO classes the anonymous tenant may name when no keyless entry says: none, or
-    None (any) where the ``slo`` preset decides (`authorize`'s ``slo_allowed``)."""
+    None (any) where an SLO declaration decides (`authorize`'s ``slo_allowed``)."""
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any],
@@ -202,7 +199,7 @@ class TenantBinding:
         gateway = entry.get("gateway")
         return cls(grants=grants, anonymous_tenant=anonymous, require_credential=require,
                    gateway=None if gateway is None else _gateway(gateway, environ),
-                   anonymous_slo_classes=None if entry.get("pipeline") == SLO_PRESET
+                   anonymous_slo_classes=None if served_slo(entry) is not None
                    else frozenset())
 
     @property

@@ -7,7 +7,8 @@ import warnings
 
 import pytest
 
-from integrations.vllm_v1.serving.http_validation import check_request, declared_slo
+from integrations.vllm_v1.config.spec import served_slo
+from integrations.vllm_v1.serving.http_validation import check_request
 from integrations.vllm_v1.serving.routes import RouteTable
 from integrations.vllm_v1.serving.tenants import TenantBinding
 
@@ -113,7 +114,7 @@ def test_every_route_that_carries_a_class_checks_it_against_the_slo_preset(vllm_
                      "tenants": {"bronze": "batch"}, "protected": ["chat"]},
              "tenants": {"bronze": {"api_key_sha256": hashlib.sha256(
                  BRONZE_KEY.encode()).hexdigest()}}}
-    binding, slo = TenantBinding.from_entry(entry), declared_slo(entry)
+    binding, slo = TenantBinding.from_entry(entry), served_slo(entry)
     table = RouteTable.from_app(vllm_app)
     carrying = []
     for path in post_paths(vllm_app):

@@ -6,7 +6,10 @@ import hashlib
 import pytest
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
-from integrations.vllm_v1.serving.http_validation import check_request, declared_slo
+from integrations.vllm_v1.config.presets import preset
+from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
+from integrations.vllm_v1.config.spec import CONFIG_KEY, served_slo, to_additional_config
+from integrations.vllm_v1.serving.http_validation import check_request
 from integrations.vllm_v1.serving.routes import EngineRoute
 from integrations.vllm_v1.serving.tenants import TenantBinding
 from tests.vllm_v1.serving.test_middleware import call, stand_in
@@ -33,7 +36,7 @@ def checked(slo_class, key=None, *, entry=ENTRY, tenants=TENANTS, **xargs):
     entry = {**entry, "tenants": tenants} if tenants is not None else entry
     binding = TenantBinding.from_entry(entry)
     result = check_request({"prompt": "Hi", "vllm_xargs": {"slo_class": slo_class, **xargs}},
-                           bearer(key), COMPLETIONS, binding=binding, slo=declared_slo(entry))
+                           bearer(key), COMPLETIONS, binding=binding, slo=served_slo(entry))
     return result.status, result.message
 
 
@@ -45,9 +48,19 @@ def test_a_class_the_preset_does_not_declare_is_400_listing_the_declared(tenants
                    tenant="gold") == (0, "")
 
 
+def test_a_pipeline_built_in_python_serves_the_declaration_it_carries():
+    pipeline = slo_pipeline(SLOSpec.parse(SLO))
+    entry = to_additional_config(pipeline)[CONFIG_KEY]  # how serve() hands it to the server
+    assert served_slo(entry) == SLOSpec.parse(SLO)
+    assert checked("chta", entry=entry, tenants=None)[0] == 400
+    assert checked("chat", entry=entry, tenants=None)[0] == 403  # protected, anonymous
+    assert checked("rag", entry=entry, tenants=None) == (0, "")
+    assert served_slo(to_additional_config(preset("default"))[CONFIG_KEY]) is None
+
+
 def test_without_the_slo_preset_class_names_are_not_checked_here():
     entry = {"pipeline": "default"}
-    assert declared_slo(entry) is None
+    assert served_slo(entry) is None
     assert checked("chta", entry=entry, tenants=None) == (0, "")
 
 

@@ -1,5 +1,6 @@
-"""The SLO signals on a live server running the ``slo`` preset: responses name the class they
-were judged in (and the one a demoted request asked for), streams' first tokens reach
+"""The SLO signals on a live server running an SLO pipeline built in Python (`slo_pipeline`,
+served by `serve`; the door reads the declaration the pipeline carries): responses name the
+class they were judged in (and the one a demoted request asked for), streams' first tokens reach
 admission, and a burst the frontend cannot pass in time gets fast 503s (frontend_busy)."""
 
 import http.client
@@ -13,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from integrations.vllm_v1 import Pipeline, serve
-from integrations.vllm_v1.config.spec import CONFIG_KEY
+from integrations.vllm_v1 import serve
+from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
 from tests.helpers.http import free_port, metric
 from tests.helpers.serving_client import get_text, model_name, send
 
@@ -30,11 +31,10 @@ BURST = 200
 @pytest.fixture(scope="module")
 def server(random_model_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("slo_signals")
-    entry = {CONFIG_KEY: {"pipeline": "slo", "slo": SLO}}
     args = ("--dtype", "float32", "--max-model-len", "512", "--enforce-eager",
-            "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20),
-            "--additional-config", json.dumps(entry))
-    with serve(Pipeline(), random_model_dir, port=free_port(), vllm_args=args,
+            "--block-size", "32", "--kv-cache-memory-bytes", str(64 << 20))
+    with serve(slo_pipeline(SLOSpec.parse(SLO)), random_model_dir, port=free_port(),
+               vllm_args=args,
                log_path=str(folder / "server.log")) as handle:
         handle.wait_until_healthy(timeout_s=400)
         yield SimpleNamespace(url=handle.url, model=model_name(handle.url), log=handle.log_tail)
