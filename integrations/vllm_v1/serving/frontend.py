@@ -151,18 +151,27 @@ class Visit:
 
     def leave(self) -> None:
         """The request left the stage (idempotent): a completion if it was admitted."""
-        if not self.left:
-            self.left = True
-            self.stage.gate.leave(self.stage.clock(), served=self.served)
+        if self._left_stage():
             self.stage.refresh_metrics()
 
     def end(self) -> None:
-        """The response ended (idempotent): the request leaves the stage and its place."""
-        self.leave()
+        """The response ended (idempotent): the request leaves the stage and its place; the
+        gauges are set once."""
+        changed = self._left_stage()
         if self.holds_place:
             self.holds_place = False
             self.stage.limit.release(self.stage.clock() - self.entered_s, self.tenant)
+            changed = True
+        if changed:
             self.stage.refresh_metrics()
+
+    def _left_stage(self) -> bool:
+        """Leave the gate unless it left already; whether it did now."""
+        if self.left:
+            return False
+        self.left = True
+        self.stage.gate.leave(self.stage.clock(), served=self.served)
+        return True
 
     def first_token(self, sent_s: float) -> None:
         stage = self.stage
