@@ -7,7 +7,8 @@ package imports only packages at or below its place in `PACKAGE_ORDER` (docs/con
 and the packages that share a place never import each other; no import cycle anywhere
 (module- or function-level; ``TYPE_CHECKING`` imports aside). Modules named by string count
 as imports of whoever imports them: each `Pipeline` slot's hook is imported by the scheduler,
-each config key's hook by the composition root.
+each config key's hook by the composition root. Test modules reach vLLM through the surface
+too, but for the few listed in `TEST_VLLM_IMPORTS`.
 """
 
 from __future__ import annotations
@@ -190,6 +191,60 @@ def test_the_order_check_sees_an_upward_and_a_sibling_import():
 ])
 def test_imports_point_down_the_layers(package, forbidden, allowed):
     assert _offenders(package, forbidden, allowed) == []
+
+
+TEST_VLLM_IMPORTS: dict[str, tuple[str, ...]] = {
+    # the surface's own test reads the installed release
+    "tests.test_vllm_surface": ("vllm",),
+    # plays the worker: a connector's config and the KV transfer report the product never builds
+    "tests.invariants.driver": ("vllm.config", "vllm.v1.outputs"),
+    # vLLM's own CPU offloading manager and LRU policy, the control for ours
+    "tests.vllm_v1.cache.test_offload_cache_policy": (
+        "vllm.v1.kv_offload.base", "vllm.v1.kv_offload.cpu.manager",
+        "vllm.v1.kv_offload.cpu.policies.factory", "vllm.v1.kv_offload.cpu.policies.lru"),
+    # reads the engine's counters as a user of LLM.get_metrics() does
+    "tests.vllm_v1.cache.test_engine_eviction": ("vllm.v1.metrics.reader",),
+    # the plugin's entries in vLLM's own registries
+    "tests.vllm_v1.test_plugin": ("vllm.distributed.kv_transfer.kv_connector.factory",
+                                  "vllm.v1.kv_offload.cpu.policies.factory"),
+    # stock vLLM's queue caps, the control for ours
+    "tests.benchmarks.replay.test_queue_caps": ("vllm.exceptions", "vllm.v1.engine.async_llm"),
+    # vLLM's own OpenAI app, built around our routes
+    **{f"tests.vllm_v1.serving.{name}": ("vllm.entrypoints.launchers.app",
+                                         "vllm.entrypoints.launchers.cli_args",
+                                         "vllm.utils.argparse_utils")
+       for name in ("test_routes", "test_route_tenants")},
+}
+"""The test modules that import vLLM directly, and what: the rest reach it through
+`integrations.vllm_v1.vllm_surface.names`, so an upgrade that renames a name fails there."""
+TEST_GRAPH = {_module(path): _imports(path) for path in sorted((ROOT / "tests").rglob("*.py"))}
+
+
+def _direct_vllm_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """The vLLM modules each test module imports beyond `TEST_VLLM_IMPORTS`."""
+    found = {}
+    for module, targets in graph.items():
+        allowed = TEST_VLLM_IMPORTS.get(module, ())
+        extra = sorted(target for target in targets if target.split(".")[0] == "vllm"
+                       and not any(target == a or target.startswith(a + ".") for a in allowed))
+        if extra:
+            found[module] = extra
+    return found
+
+
+def test_tests_reach_vllm_through_the_surface():
+    assert _direct_vllm_imports(TEST_GRAPH) == {}
+
+
+def test_every_exception_is_still_imported():
+    assert [(module, name) for module, names in TEST_VLLM_IMPORTS.items() for name in names
+            if name not in TEST_GRAPH.get(module, set())] == []
+
+
+def test_the_test_import_check_sees_a_direct_import():
+    assert _direct_vllm_imports({"tests.planted": {"vllm.v1.request", "vllm.v1.request.Request"},
+                                 "tests.invariants.driver": {"vllm.config"}}) == {
+        "tests.planted": ["vllm.v1.request", "vllm.v1.request.Request"]}
 
 
 def test_no_import_cycles():

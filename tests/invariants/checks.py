@@ -11,10 +11,9 @@ import math
 from collections import Counter
 from typing import Any
 
-from vllm.v1.request import RequestStatus
-
 from integrations.vllm_v1.cache.eviction import PolicyFreeBlockQueue
 from integrations.vllm_v1.scheduling.scheduler import PolicySchedulerMixin
+from integrations.vllm_v1.vllm_surface.names import RequestStatus
 
 WAITING_STATUSES = frozenset({
     RequestStatus.WAITING, RequestStatus.PREEMPTED,

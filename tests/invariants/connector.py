@@ -17,10 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import (
-    KVConnectorBase_V1,
-    KVConnectorMetadata,
-)
+from integrations.vllm_v1.vllm_surface.names import KVConnectorBase_V1, KVConnectorMetadata
 
 NAME = "InvariantsScriptedConnector"
 ASYNC_PREFIX = "remote-"

@@ -16,15 +16,18 @@ from typing import Any
 
 import attrs
 from vllm.config import KVTransferConfig
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-from vllm.v1.request import RequestStatus
+from vllm.v1.outputs import KVConnectorOutput
 
 from benchmarks.replay.workloads import TENANT_WEIGHTS
 from integrations.vllm_v1.config.presets import PRESETS, preset
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.instruments.harness import SAMPLED_TOKEN_ID, build_scheduler
 from integrations.vllm_v1.scheduling.scheduler import AsyncPolicyScheduler
+from integrations.vllm_v1.vllm_surface.names import (
+    AsyncScheduler,
+    ModelRunnerOutput,
+    RequestStatus,
+)
 from tests.helpers.engine import PREEMPT_AT_ONCE_SLO
 from tests.invariants import connector as scripted
 from tests.invariants.checks import assert_consistent, blocks_of

@@ -7,9 +7,7 @@ tracked requests, policy invariants, no contained policy fault) after every step
 preemption bookkeeping of every step; each test ends with `assert_drained`.
 """
 
-from vllm.v1.engine import FinishReason
-from vllm.v1.request import RequestStatus
-
+from integrations.vllm_v1.vllm_surface.names import FinishReason, RequestStatus
 from tests.invariants.checks import assert_drained, blocks_of, free_blocks, usable_blocks
 from tests.invariants.driver import TENANTS, Driver, prompt, small_shape
 

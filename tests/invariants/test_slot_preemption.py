@@ -2,8 +2,7 @@
 more urgent arrivals preempt running requests, every step stays consistent, each victim is
 preempted for a slot at most once, and every request finishes with all its tokens."""
 
-from vllm.v1.engine import FinishReason
-
+from integrations.vllm_v1.vllm_surface.names import FinishReason
 from tests.invariants.checks import assert_drained
 from tests.invariants.driver import TENANTS, Driver, prompt, small_shape
 

@@ -22,8 +22,8 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from vllm.v1.engine import FinishReason
 
+from integrations.vllm_v1.vllm_surface.names import FinishReason
 from tests.invariants.checks import assert_consistent, assert_drained
 from tests.invariants.connector import ASYNC_PREFIX, SYNC_PREFIX
 from tests.invariants.driver import CASES, TENANTS, Driver, prompt, small_shape

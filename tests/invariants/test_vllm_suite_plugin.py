@@ -3,11 +3,11 @@ scheduler with the pipeline named (as ``--additional-config`` would), and the hu
 tests name resolve offline."""
 
 import pytest
-from vllm.config import ModelConfig
 
 from integrations.vllm_v1.instruments import EngineShape
 from integrations.vllm_v1.instruments.harness import build_scheduler
 from integrations.vllm_v1.scheduling.scheduler import AsyncPolicyScheduler, PolicyScheduler
+from integrations.vllm_v1.vllm_surface.names import ModelConfig
 from policies import WFQ, QoSRanker
 from tests.invariants import vllm_suite_plugin as plugin
 

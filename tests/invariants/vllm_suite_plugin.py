@@ -101,7 +101,7 @@ _UNDER_TEST = pytest.StashKey[str]()
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    from vllm.config import ModelConfig
+    from integrations.vllm_v1.vllm_surface.names import ModelConfig
 
     under_test = config.stash[_UNDER_TEST]
     classes = None if under_test == "stock" else _policy_classes(under_test)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def step_log(random_model_dir, tmp_path_factory):
     """A live engine's log: 8 requests of mixed lengths, chunked prefill, 3 slots."""
-    from vllm import LLM, SamplingParams
+    from integrations.vllm_v1.vllm_surface.names import LLM, SamplingParams
 
     path = tmp_path_factory.mktemp("fidelity") / "steps.jsonl"
     kwargs = step_log_engine_kwargs(Pipeline(), path, model=random_model_dir,

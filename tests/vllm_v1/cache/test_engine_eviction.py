@@ -38,7 +38,7 @@ def engine_metrics(llm):
 def greedy_twice(llm):
     """Greedy outputs of every prompt, generated twice; the engine's KV blocks; the second
     pass's prefix-cache hit tokens and what it would hit if no block had been evicted."""
-    from vllm import SamplingParams
+    from integrations.vllm_v1.vllm_surface.names import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=8)
     outputs, hits = [], []
@@ -56,7 +56,7 @@ def greedy_twice(llm):
 @pytest.fixture(scope="module")
 def outputs(random_model_dir):
     """Stock vLLM and the SegmentedLRU pipeline, one engine at a time."""
-    from vllm import LLM
+    from integrations.vllm_v1.vllm_surface.names import LLM
 
     results = {}
     kwargs = {**TIGHT_KV, "model": random_model_dir, "enable_prefix_caching": True}

@@ -24,7 +24,7 @@ def prompt(n):
 
 def first_request(llm, n):
     """Greedy tokens and prefix-cache hit tokens of one request with the shared prefix."""
-    from vllm import SamplingParams
+    from integrations.vllm_v1.vllm_surface.names import SamplingParams
 
     (out,) = llm.generate([prompt(n)], SamplingParams(temperature=0, max_tokens=6),
                           use_tqdm=False)

@@ -35,7 +35,7 @@ def loaded_tokens(metrics):
 
 
 def greedy(llm, prompts, salt=None):
-    from vllm import SamplingParams
+    from integrations.vllm_v1.vllm_surface.names import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=96, ignore_eos=True)
     inputs = [{"prompt": p, "cache_salt": salt} if salt else p for p in prompts]
@@ -46,7 +46,7 @@ def greedy(llm, prompts, salt=None):
 @pytest.fixture(scope="module")
 def run(random_model_dir):
     """One tiered engine: a pressured batch, a reference pass, then a repeated prompt."""
-    from vllm import LLM
+    from integrations.vllm_v1.vllm_surface.names import LLM
 
     with pytest.MonkeyPatch.context() as env:
         for name, value in cpu_core_env().items():

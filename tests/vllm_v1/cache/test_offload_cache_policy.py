@@ -7,11 +7,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from vllm.v1.kv_offload.base import ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
-from vllm.v1.kv_offload.cpu.policies.base import ChunkStatus
 from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
 
 from integrations.vllm_v1.cache.offload_policy import SegmentedLRUCachePolicy
+from integrations.vllm_v1.vllm_surface.names import ChunkStatus
 from policies.eviction import Segment
 
 MODULE = "integrations.vllm_v1.cache.offload_policy"

@@ -3,10 +3,10 @@
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from vllm.v1.request import RequestStatus
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
+from integrations.vllm_v1.vllm_surface.names import RequestStatus
 from policies import LRU, Segment, SegmentedLRU
 from policies.eviction import RetentionHints
 from policies.prompt_versions import PromptVersions

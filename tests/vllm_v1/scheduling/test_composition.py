@@ -1,10 +1,10 @@
 """The scheduling policies composed in PolicyScheduler, through the real vLLM scheduler."""
 
 import pytest
-from vllm.v1.request import RequestStatus
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
+from integrations.vllm_v1.vllm_surface.names import RequestStatus
 from policies import MLFQ, WFQ, EDFRanker, KVWatermarks, QoSRanker, TenantQuota, TokenBucket
 from tests.helpers.drain import drain
 

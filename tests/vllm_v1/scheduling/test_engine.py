@@ -16,7 +16,7 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time",
 
 
 def greedy(llm, max_tokens=12):
-    from vllm import SamplingParams
+    from integrations.vllm_v1.vllm_surface.names import SamplingParams
 
     outputs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=max_tokens),
                            use_tqdm=False)
@@ -26,7 +26,7 @@ def greedy(llm, max_tokens=12):
 def finish_order(llm, requests):
     """Submit (id, prompt, max_tokens, priority) in order; return ids in finishing order and
     each request's greedy tokens."""
-    from vllm import SamplingParams
+    from integrations.vllm_v1.vllm_surface.names import SamplingParams
 
     engine = llm.llm_engine
     for request_id, prompt, max_tokens, priority in requests:
@@ -44,7 +44,7 @@ def finish_order(llm, requests):
 
 def rejected_offline(llm):
     """An offline request the scheduler rejects: (finish_reason, stop_reason)."""
-    from vllm import SamplingParams
+    from integrations.vllm_v1.vllm_surface.names import SamplingParams
 
     out = llm.generate(["Hi"], SamplingParams(max_tokens=4), priority=99, use_tqdm=False)[0]
     return out.outputs[0].finish_reason, out.outputs[0].stop_reason
@@ -61,7 +61,7 @@ CONTENTION = [
 def engines(random_model_dir):
     """Stock vLLM, the identity pipeline, the QoS pipeline and the ``slo`` preset preempting
     a slot for any more urgent request at once, one engine at a time."""
-    from vllm import LLM
+    from integrations.vllm_v1.vllm_surface.names import LLM
 
     results = {}
     kwargs = {**ENGINE_KWARGS, "model": random_model_dir, "max_num_seqs": 1}

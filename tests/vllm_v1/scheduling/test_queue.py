@@ -3,10 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from vllm.sampling_params import SamplingParams
-from vllm.v1.request import Request
 
 from integrations.vllm_v1.scheduling.queue import PolicyRequestQueue
+from integrations.vllm_v1.vllm_surface.names import Request, SamplingParams
 from policies import WFQ
 
 

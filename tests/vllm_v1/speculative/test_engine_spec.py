@@ -21,7 +21,7 @@ def run(llm):
     first `REPLAYED_TOKENS` tokens of its output) must continue exactly as output 0 did: a
     repetitive prompt whose continuation is in the proposer's shared cache.
     """
-    from vllm import SamplingParams
+    from integrations.vllm_v1.vllm_surface.names import SamplingParams
 
     batch = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=FIRST_TOKENS),
                          use_tqdm=False)
@@ -39,7 +39,7 @@ def run(llm):
 @pytest.fixture(scope="module")
 def runs(random_model_dir):
     """Stock vLLM, then the same engine with the proposer; one engine at a time."""
-    from vllm import LLM
+    from integrations.vllm_v1.vllm_surface.names import LLM
 
     kwargs = {**ENGINE_KWARGS, "model": random_model_dir, "disable_log_stats": False}
     results = {}
