@@ -6,11 +6,14 @@ streams for every request on shared cores). The limit learns from outcomes inste
 finished request's first token (or stream) is reported on time or late against its own target,
 and the limit moves by AIMD, as TCP's congestion window does:
 
-- **late**: the limit falls to ``backoff`` times the requests in flight then (or the limit, if
-  lower): multiplicative decrease. One decrease per round, as TCP decreases once per round
-  trip: a late report counts only once a request's mean time in flight has passed since the
-  last decrease and if it entered after it, since until then lateness still shows the load
-  the last decrease answered;
+- **late**, beyond the late budget: the limit falls to ``backoff`` times the requests in flight
+  then (or the limit, if lower): multiplicative decrease. A late report counts only while the
+  share of late reports among recent ones (an exponentially weighted mean over about
+  ``late_memory`` reports) is above ``late_budget``: a server that promises 95 % of requests
+  in SLO may be late now and then without refusing anyone for it. One decrease per round, as
+  TCP decreases once per round trip: a late report counts only once a request's mean time in
+  flight has passed since the last decrease and if it entered after it, since until then
+  lateness still shows the load the last decrease answered;
 - **on time** while the limit binds (at least half of it in flight): the limit grows by
   ``1 / limit``, about one per limit's worth of on-time reports: additive increase.
 
@@ -60,6 +63,11 @@ def _backoff(_instance: object, attribute: attrs.Attribute, value: float) -> Non
         raise ValueError(f"{attribute.name} must be in (0, 1), got {value!r}")
 
 
+def _share(_instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0 <= value < 1:
+        raise ValueError(f"{attribute.name} must be in [0, 1), got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class ConcurrencyLimitStats:
     """A snapshot of a `ConcurrencyLimit`."""
@@ -76,6 +84,8 @@ class ConcurrencyLimitStats:
     """Late reports (counted whether or not they lowered the limit)."""
     decreases: int
     """Times the limit fell."""
+    late_share: float
+    """The share of late reports among recent ones (weighted over ``late_memory``)."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -90,6 +100,10 @@ class ConcurrencyLimit:
     """The share of the load in flight kept after a late report."""
     weights: Mapping[str, float] | None = attrs.field(default=None, validator=_weights)
     """Tenant -> weight in sharing the limit (unlisted: 1); None: tenants are not told apart."""
+    late_budget: float = attrs.field(default=0.05, validator=_share)
+    """The share of late reports tolerated without a decrease (0: every late report counts)."""
+    late_memory: int = attrs.field(default=20, validator=int_at_least(1))
+    """About how many recent reports the late share weighs."""
 
     _limit: float = attrs.field(init=False, default=0.0, repr=False)
     _in_flight: int = attrs.field(init=False, default=0, repr=False)
@@ -103,6 +117,7 @@ class ConcurrencyLimit:
     _on_time: int = attrs.field(init=False, default=0, repr=False)
     _late: int = attrs.field(init=False, default=0, repr=False)
     _decreases: int = attrs.field(init=False, default=0, repr=False)
+    _late_share: float = attrs.field(init=False, default=0.0, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.min_limit > self.max_limit:
@@ -161,10 +176,11 @@ class ConcurrencyLimit:
 
     def report(self, *, late: bool, entered_s: float, now: float) -> None:
         """A request that entered at ``entered_s`` was on time or ``late`` (at ``now``)."""
+        self._late_share += (float(late) - self._late_share) / self.late_memory
         if late:
             self._late += 1
-            if entered_s >= self._decreased_s and now >= self._decreased_s + (
-                    self._hold_s or 0.0):
+            if self._late_share > self.late_budget and entered_s >= self._decreased_s and (
+                    now >= self._decreased_s + (self._hold_s or 0.0)):
                 load = min(self._limit, max(self._in_flight, self.min_limit))
                 self._limit = max(float(self.min_limit), load * self.backoff)
                 self._decreased_s = now
@@ -184,7 +200,7 @@ class ConcurrencyLimit:
         return ConcurrencyLimitStats(limit=self.limit, in_flight=self._in_flight,
                                      admitted=self._admitted, rejected=self._rejected,
                                      on_time=self._on_time, late=self._late,
-                                     decreases=self._decreases)
+                                     decreases=self._decreases, late_share=self._late_share)
 
     def check_invariants(self) -> None:
         """The limit within its bounds; counts non-negative; in flight never more than
@@ -195,3 +211,4 @@ class ConcurrencyLimit:
         assert self.weights is None or sum(self._tenants.values()) == self._in_flight
         assert min(self._rejected, self._on_time, self._late, self._decreases) >= 0
         assert self._decreases <= self._late
+        assert 0 <= self._late_share <= 1

@@ -1,6 +1,6 @@
-"""`ConcurrencyLimit`: AIMD on lateness (no limit until a late report, one decrease per round,
-additive increase only while the limit binds), its bounds and its Retry-After, as properties
-over random histories."""
+"""`ConcurrencyLimit`: AIMD on lateness (no limit until a late report beyond the late budget,
+one decrease per round, additive increase only while the limit binds), its bounds and its
+Retry-After, as properties over random histories."""
 
 import pytest
 from hypothesis import given
@@ -24,7 +24,7 @@ def test_nothing_is_refused_until_a_report_is_late():
 
 
 def test_a_late_report_cuts_to_the_load_in_flight_once_per_round():
-    limit = ConcurrencyLimit(backoff=0.5)
+    limit = ConcurrencyLimit(backoff=0.5, late_budget=0)
     fill(limit, 21)
     limit.release(1.0)  # a request stays in flight 1 s: a round
     limit.report(late=True, entered_s=1.0, now=2.0)
@@ -40,7 +40,7 @@ def test_a_late_report_cuts_to_the_load_in_flight_once_per_round():
 
 
 def test_on_time_reports_grow_the_limit_only_while_it_binds():
-    limit = ConcurrencyLimit(backoff=0.5)
+    limit = ConcurrencyLimit(backoff=0.5, late_budget=0)
     fill(limit, 8)
     limit.report(late=True, entered_s=0.0, now=1.0)
     assert limit.limit == 4
@@ -59,7 +59,7 @@ def test_on_time_reports_grow_the_limit_only_while_it_binds():
 
 
 def test_retry_after_is_when_a_place_frees_up_on_average():
-    limit = ConcurrencyLimit(backoff=0.5)
+    limit = ConcurrencyLimit(backoff=0.5, late_budget=0)
     assert limit.retry_after_s() == 0.0
     fill(limit, 4)
     limit.release(2.0)
@@ -69,7 +69,7 @@ def test_retry_after_is_when_a_place_frees_up_on_average():
 
 
 def test_with_weights_a_quiet_tenant_passes_a_door_a_noisy_one_filled():
-    limit = ConcurrencyLimit(backoff=0.5, weights={"quiet": 1, "noisy": 1})
+    limit = ConcurrencyLimit(backoff=0.5, late_budget=0, weights={"quiet": 1, "noisy": 1})
     for _ in range(8):
         assert limit.acquire("noisy").admitted
     limit.report(late=True, entered_s=0.0, now=1.0)
@@ -85,7 +85,30 @@ def test_with_weights_a_quiet_tenant_passes_a_door_a_noisy_one_filled():
     limit.check_invariants()
 
 
+def test_late_reports_within_the_budget_do_not_lower_the_limit_a_run_of_them_does():
+    limit = ConcurrencyLimit(late_budget=0.1, late_memory=20)
+    fill(limit, 30)
+    for _ in range(3):  # one late report in twenty: a late share of 5 %, within 10 %
+        for _ in range(19):
+            limit.report(late=False, entered_s=0.0, now=1.0)
+        limit.report(late=True, entered_s=0.0, now=1.0)
+        assert limit.limit == 4096
+    limit.report(late=True, entered_s=0.0, now=1.0)  # two in a row: over the budget
+    assert limit.limit == 27  # 0.9 x the 30 in flight
+    assert limit.stats().late == 4 and limit.stats().decreases == 1
+    assert limit.stats().late_share > 0.1
+
+
+def test_with_no_budget_the_first_late_report_lowers_the_limit():
+    limit = ConcurrencyLimit(late_budget=0)
+    fill(limit, 10)
+    limit.report(late=True, entered_s=0.0, now=1.0)
+    assert limit.limit == 9
+
+
 @pytest.mark.parametrize("fields", [{"backoff": 1.0}, {"backoff": 0.0}, {"min_limit": 0},
+                                    {"late_budget": 1.0}, {"late_budget": -0.1},
+                                    {"late_memory": 0},
                                     {"min_limit": 5, "max_limit": 4},
                                     {"max_limit": 2.5}, {"weights": {"a": 0}},
                                     {"weights": {"a": True}}])
@@ -108,12 +131,13 @@ EVENTS = st.lists(st.tuples(st.floats(0, 1), st.sampled_from("arOL"), st.sampled
                   max_size=120)
 
 
-@given(EVENTS, st.integers(1, 4), st.integers(4, 64), st.floats(0.1, 0.95), st.booleans())
+@given(EVENTS, st.integers(1, 4), st.integers(4, 64), st.floats(0.1, 0.95), st.booleans(),
+       st.sampled_from([0.0, 0.05, 0.5]))
 def test_any_history_keeps_the_bounds_and_admits_below_the_limit_or_the_share(
-        events, min_limit, max_limit, backoff, weighted):
+        events, min_limit, max_limit, backoff, weighted, late_budget):
     weights = {"x": 1.0, "y": 3.0} if weighted else None
     limit = ConcurrencyLimit(min_limit=min_limit, max_limit=max_limit, backoff=backoff,
-                             weights=weights)
+                             weights=weights, late_budget=late_budget)
     now, entered, mine = 0.0, [], {}
     for gap, what, tenant in events:
         now += gap

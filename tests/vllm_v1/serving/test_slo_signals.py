@@ -442,6 +442,14 @@ def test_the_frontend_gate_refuses_at_once_what_the_stage_alone_makes_late():
     assert gauge("policies:frontend_service_rate") > 0
 
 
+def door_limit(app):
+    """The door's concurrency limit, set to count every late report (its late budget has tests
+    of its own: `tests/policies/test_concurrency_limit.py`)."""
+    limit = policy_middleware(app)._setup.frontend.limit
+    limit.late_budget = 0.0
+    return limit
+
+
 def test_a_late_stream_lowers_the_concurrency_limit_and_the_door_refuses_past_it():
     app, state = stand_in({"pipeline": "slo", "slo": {"classes": CLASSES}})
     late_before = gauge("policies:frontend_late_reports_total", what="ttft")
@@ -450,7 +458,7 @@ def test_a_late_stream_lowers_the_concurrency_limit_and_the_door_refuses_past_it
     async def scenario(client):
         state.held = asyncio.Event()
         on_time = await post(client, {"slo_class": "slow"}, stream=True)
-        limit = policy_middleware(app)._setup.frontend.limit
+        limit = door_limit(app)
         unlimited = limit.limit
         held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
                 for _ in range(4)]
@@ -488,7 +496,7 @@ def test_a_demoted_stream_is_judged_at_the_door_by_the_class_it_was_served_in():
 
     async def scenario(client):
         await post(client, {"slo_class": "slow"})
-        limit = policy_middleware(app)._setup.frontend.limit
+        limit = door_limit(app)
         demoted = await post(client, {"slo_class": "fast", "judged": ["slow", "fast"],
                                       "service_s": 0.01}, stream=True)
         kept = limit.limit
@@ -510,7 +518,7 @@ def test_with_fairness_a_quiet_team_passes_the_door_a_noisy_team_filled():
     async def scenario(client):
         state.held = asyncio.Event()
         await post(client, {"tenant": "globex"})
-        limit = policy_middleware(app)._setup.frontend.limit
+        limit = door_limit(app)
         held = [asyncio.create_task(post(client, {"hold": True, "tenant": "globex"}))
                 for _ in range(4)]
         await until(lambda: limit.in_flight == 4)
@@ -536,7 +544,7 @@ def test_an_engine_refusal_for_the_targets_counts_as_late_at_the_door(stream):
     async def scenario(client):
         state.held = asyncio.Event()
         full = await post(client, {"slo_class": "slow", "reject": "queue_full"}, stream)
-        limit = policy_middleware(app)._setup.frontend.limit
+        limit = door_limit(app)
         held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
                 for _ in range(3)]
         await until(lambda: limit.in_flight == 3)
