@@ -100,3 +100,17 @@ def test_replay_demo_runs_the_command_the_replay_guide_shows():
     shown = [_shell(block) for block in re.findall(r"^```bash\n(.*?)^```$", guide,
                                                    re.MULTILINE | re.DOTALL)]
     assert command in shown, f"docs/replay.md does not show the replay-demo command {command!r}"
+
+
+def test_the_replay_guide_defines_every_check_the_replay_prints():
+    from benchmarks.replay.targets import RATIO, TTFT_SLACK, decode_protection_targets
+
+    by_class = {"short": {"itl_jitter": 2.0, "ttft_p99_s": 1.0}, "long": {"ttft_p99_s": 2.0}}
+    system = {"by_priority": {"-1": {"tpot_p99_s": 0.05}}, "by_class": by_class}
+    printed = {entry["target"] for entry in decode_protection_targets(
+        {"systems": {"fcfs": system, "pipeline:slo": system}})}
+    assert printed, "the replay prints no checks: the test reads nothing"
+    guide = (DOCS / "replay.md").read_text(encoding="utf-8")
+    assert not [name for name in printed if f"`{name}`" not in guide], printed
+    assert f"at most {RATIO:g} times `fcfs`" in guide
+    assert f"at most {TTFT_SLACK:g} times `pipeline:default`" in guide
