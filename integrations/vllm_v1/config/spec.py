@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import importlib
 import json
+import math
 import pickle
 import sys
 import tomllib
@@ -71,6 +72,11 @@ def pipeline_from_additional_config(additional_config: object) -> Pipeline:
     if not isinstance(weights, Mapping):
         raise PipelineConfigError(f"{CONFIG_KEY}.tenant_weights must be a mapping of tenant "
                                   f"-> weight, got {type(weights).__name__}")
+    problems = [f"{CONFIG_KEY}.tenant_weights.{tenant} must be a number > 0, got {weight!r}"
+                for tenant, weight in weights.items() if isinstance(weight, bool)
+                or not isinstance(weight, int | float) or not 0 < weight < math.inf]
+    if problems:
+        raise PipelineConfigError("\n".join(problems))
     return resolve_pipeline(entry["pipeline"], tenant_weights=weights, slo=entry.get("slo"))
 
 

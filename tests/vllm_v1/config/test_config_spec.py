@@ -101,3 +101,9 @@ def test_a_bad_entry_shape_is_refused():
         pipeline_from_additional_config({CONFIG_KEY: "default"})
     with pytest.raises(PipelineConfigError, match="tenant_weights must be a mapping"):
         pipeline_from_additional_config({CONFIG_KEY: {"pipeline": "wfq", "tenant_weights": 3}})
+    with pytest.raises(PipelineConfigError) as error:
+        pipeline_from_additional_config({CONFIG_KEY: {"pipeline": "wfq", "tenant_weights": {
+            "gold": "x", "silver": 2, "bronze": 0}}})
+    assert str(error.value).splitlines() == [
+        "llm_serving_policies.tenant_weights.gold must be a number > 0, got 'x'",
+        "llm_serving_policies.tenant_weights.bronze must be a number > 0, got 0"]
