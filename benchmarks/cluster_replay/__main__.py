@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from pathlib import Path
 
 import attrs
 from tqdm import tqdm
@@ -36,7 +35,7 @@ from benchmarks.cluster_replay.cluster import ClusterRouter, run_cluster
 from benchmarks.pd_replay.capacity import StepCostCapacity
 from benchmarks.replay.__main__ import skip_requests, with_tenant_priorities
 from benchmarks.replay.agent_sessions import PROFILES, agent_trace
-from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
+from benchmarks.replay.cli import add_run_arguments, engine_shape
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
 from benchmarks.replay.datasets import assign_servegen_tenants
 from benchmarks.replay.metrics import summarize
@@ -213,9 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the replicas' engine behind every peer router")
     parser.add_argument("--goodput-goal", type=float, default=1.2,
                         help="goodput of slo over the best peer to count as met")
-    parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
-    add_engine_shape_arguments(parser, max_model_len=32768)
-    parser.add_argument("--out", type=Path, required=True)
+    add_run_arguments(parser)
     return parser
 
 

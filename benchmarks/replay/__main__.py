@@ -24,7 +24,7 @@ import attrs
 from tqdm import tqdm
 
 from benchmarks.replay.calibrate import load_cost_model
-from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
+from benchmarks.replay.cli import add_run_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.datasets import assign_servegen_tenants
 from benchmarks.replay.driver import replay
@@ -98,7 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated: fcfs, priority, pipeline:NAME|module:attr|file.py:attr, "
                              f"{QUEUE_CAPS} (a sweep, the best reported) or "
                              f"{QUEUE_CAPS}:BASE[:reqs=N][:tokens=N] (one setting)")
-    parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
     parser.add_argument("--cost-model", type=Path,
                         help="cost_model.json from benchmarks.replay.calibrate (replaces --gpu)")
     parser.add_argument("--cost", action="append", default=[], metavar="KEY=VALUE",
@@ -107,8 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what clients send as max_tokens: each answer's length (policies "
                              "see it), or none (vLLM's default, the rest of the context; "
                              "answers end with a stop token, as a live model's would)")
-    add_engine_shape_arguments(parser, max_model_len=32768)
-    parser.add_argument("--out", type=Path, required=True)
+    add_run_arguments(parser)
     return parser
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import attrs
 
-from benchmarks.replay.cli import add_engine_shape_arguments, engine_shape
+from benchmarks.replay.cli import add_run_arguments, engine_shape
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.driver import replay
 from benchmarks.replay.metrics import summarize
@@ -77,9 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="one system, as in `python -m benchmarks.replay --systems`")
     parser.add_argument("--order", choices=["fast-first", "step-first"], default="fast-first",
                         help="which mode runs first")
-    parser.add_argument("--gpu", default="h100", help="cost-model preset: a100, h100, h200")
-    add_engine_shape_arguments(parser, max_model_len=32768)
-    parser.add_argument("--out", type=Path, required=True)
+    add_run_arguments(parser)
     return parser
 
 

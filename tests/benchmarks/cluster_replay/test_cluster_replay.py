@@ -37,6 +37,9 @@ def test_a_replica_rejection_is_retried_once_on_another_replica() -> None:
     stats = router.stats()
     assert (stats.retries, stats.retries_placed) == (2, 1)
     assert stats.by_cause[RouteCause.NO_RETRY.value] == 1
+    # The second rejection reached the client while the first replica was predicted to meet
+    # its deadline (the room test predicts latency; it cannot see a stock queue cap).
+    assert stats.rejected_with_room == 1
     router.check_invariants()
 
 
@@ -47,6 +50,7 @@ def test_peers_pass_the_rejection_on_and_every_request_ends_once() -> None:
     summary = summarize(run)
     assert summary["offered"] == 5 == summary["completed"] + summary["rejected"]
     assert summary["completed"] == 2 and router.stats().retries_placed == 0
+    assert router.stats().rejected_with_room == 3  # each time the other replica had room
 
 
 def test_slo_replicas_serve_an_agent_window_with_nothing_lost() -> None:
