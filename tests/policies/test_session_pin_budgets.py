@@ -4,6 +4,8 @@ each tenant's own keys; a tenant with many fake session ids cannot take another'
 
 import random
 
+import pytest
+
 from benchmarks.cache_replay.simulate import replay_order
 from benchmarks.replay.agent_sessions import agent_trace
 from policies.eviction import DuelingSLRU, SessionPins
@@ -57,14 +59,21 @@ def test_tenant_weights_set_the_shares():
     order.check_invariants()
 
 
-def agent_turns(with_attacker):
-    """Agent sessions of tenant "victim" and, with ``with_attacker``, one-block requests of
-    tenant "attacker" at 10/s, each with a new session id (sessions that never come back)."""
-    victim = agent_trace("swe", num_requests=600).requests
-    rows = [(r.arrival_s, r.session_id, tuple(r.block_hashes), "victim") for r in victim]
+def agent_turns(with_attacker, victims=("victim",)):
+    """Agent sessions of each tenant of ``victims`` (a trace of its own each, seeds 0, 1, ...;
+    with two or more, session ids and blocks named by tenant) and, with ``with_attacker``,
+    one-block requests of tenant "attacker" at 10/s, each with a new session id (sessions
+    that never come back)."""
+    rows = []
+    for seed, tenant in enumerate(victims):
+        named = len(victims) > 1
+        for r in agent_trace("swe", num_requests=600, seed=seed).requests:
+            keys = tuple((tenant, key) for key in r.block_hashes) if named else r.block_hashes
+            rows.append((r.arrival_s, f"{tenant}:{r.session_id}" if named else r.session_id,
+                         tuple(keys), tenant))
     if with_attacker:
-        rng, now, index = random.Random(1), 0.0, 0
-        while now < victim[-1].arrival_s:
+        rng, now, index, end = random.Random(1), 0.0, 0, max(row[0] for row in rows)
+        while now < end:
             rows.append((now, f"fake-{index}", (("attacker", index),), "attacker"))
             now += rng.expovariate(10.0)
             index += 1
@@ -85,6 +94,22 @@ def test_fake_session_ids_cannot_take_another_tenants_cache():
         order.check_invariants()
     assert hit_rates[True] >= hit_rates[False] - 0.02, hit_rates
     assert order.pins_by_tenant().get("attacker", 0) <= 256 // 4  # at most half the budget
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: with two tenants' pins judged apart, the "
+                   "attacker's shadow pins turn b's pins off most of the time and a's pins "
+                   "take b's share: b 39.66 % alone, 32.53 % attacked (36.81 % with no pins)")
+def test_fake_session_ids_cannot_take_the_cache_of_either_of_two_tenants():
+    """As above with two agent tenants beside the attacker: each keeps its hit rate within
+    2 points."""
+    hit_rates = {}
+    for with_attacker in (False, True):
+        chains, turns = agent_turns(with_attacker, victims=("a", "b"))
+        result = replay_order(chains, 256, DuelingSLRU(session_pins=SessionPins()), "cache",
+                              turns=turns)
+        hit_rates[with_attacker] = result.tenant_hit_rates
+    for tenant in "ab":
+        assert hit_rates[True][tenant] >= hit_rates[False][tenant] - 0.02, hit_rates
 
 
 def test_one_tenant_named_decides_as_no_tenant():
