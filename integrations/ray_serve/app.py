@@ -79,7 +79,7 @@ class ServeConfig:
     router_kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     """The router's ``initialize_state`` arguments: `PDRequestRouter`'s (``balance_epsilon``,
     ...), or `ClusterRequestRouter`'s (``saturation_tokens``, ``seed``, ``slo``: the SLO
-    declaration, by default the pipeline mapping's ``slo`` entry)."""
+    declaration, by default the pipeline's own, `Pipeline.slo`)."""
     block_size_tokens: int | None = None
     """Tokens per prefix key; None: the ``--block-size`` in ``vllm_args``, else 16."""
     kv_connector: str = attrs.field(default="auto", validator=_choice(CONNECTORS))
@@ -157,7 +157,7 @@ def _engine_deployment(config: ServeConfig, name: str, replicas: int) -> Any:
     elif config.router in CLUSTER_ROUTERS:
         from integrations.ray_serve.cluster_router import ClusterRequestRouter
 
-        declared = config.pipeline.get("slo") if isinstance(config.pipeline, Mapping) else None
+        declared = None if config.pipeline is None else _as_pipeline(config.pipeline).slo
         router = RequestRouterConfig(
             request_router_class=ClusterRequestRouter,
             request_router_kwargs={"router": config.router, "deployment": name,
