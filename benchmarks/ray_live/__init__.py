@@ -1,0 +1,1 @@
+"""Live Ray Serve run of the cluster routers (``python -m benchmarks.ray_live``)."""

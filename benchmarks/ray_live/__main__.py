@@ -1,0 +1,166 @@
+"""``python -m benchmarks.ray_live``: SLO routing on Ray Serve, live, against the peers' routers.
+
+Example (the measurement: 3 seeds, 30 s at 2x the cluster's measured capacity):
+
+    python -m benchmarks.ray_live --seeds 0,1,2 --out out/ray_live
+
+On a local 2-node Ray cluster (`LocalCluster`: a head and a second node, separate raylets on
+127.0.0.1), one Serve app of 2 engine replicas (one a node) running the ``slo`` preset with
+the live SLO benchmark's declaration (`benchmarks.live_slo.summary.DECLARATION`) and engine
+shape (`LiveScale`), deployed once per router: ``slo`` (`SLORouter`), ``pow2`` (Ray Serve's
+own) and ``session-sticky``. The live SLO benchmark's client (`benchmarks.live_slo.workload`:
+chat, rag and unclassed requests of two teams, open-loop Poisson arrivals) streams from the
+app's OpenAI ingress and judges every request (`run_metrics`).
+
+Capacity comes first, on the ``pow2`` app: the open-loop rate rises by ``CAPACITY_STEP``
+until goodput stops rising (as `benchmarks.live_slo.run.measure_capacity` on one server), or
+``--capacity-rps`` is used. Each (seed, router) run then offers ``--load`` times it for
+``--duration-s``; requests still open ``--drain-s`` after the last arrival are cancelled.
+Beside the client's figures: the ingress's ``policies:router_rejected_with_room_total``
+(replica rejections passed on while another replica had room; cluster routers only, None for
+Ray's own ``pow2``) and ``policies:ingress_rejection_retries_total``. Writes
+``OUT/summary.json`` and ``OUT/runs/<seed>/<router>/requests.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import time
+import urllib.request
+from pathlib import Path
+
+from benchmarks.e2e_business_cases.live import LiveScale, free_port
+from benchmarks.e2e_business_cases.live_client import HttpReply, play
+from benchmarks.live_slo.run import (
+    CAPACITY_DROP,
+    CAPACITY_MAX_STEPS,
+    CAPACITY_START_RPS,
+    CAPACITY_STEP,
+    model_dir,
+    write_requests,
+)
+from benchmarks.live_slo.summary import DECLARATION, run_metrics
+from benchmarks.live_slo.workload import build_requests, poisson_arrivals
+from integrations.ray_serve import cluster as _cluster  # noqa: F401 - before Ray is imported
+
+ROUTERS = ("slo", "pow2", "session-sticky")
+APP = "ray-live"
+COUNTERS = ("policies:router_rejected_with_room_total",
+            "policies:ingress_rejection_retries_total")
+
+
+def deploy_router(router: str, model: str, scale: LiveScale) -> None:
+    """Deploy the app with ``router``, replacing the earlier one (fresh engines)."""
+    from integrations.ray_serve.app import ServeConfig, deploy
+    from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
+
+    deploy(ServeConfig(model=model, pipeline=slo_pipeline(SLOSpec.parse(DECLARATION)),
+                       vllm_args=scale.vllm_args(), replicas=2, router=router, name=APP,
+                       max_ongoing_requests=256))
+
+
+def play_once(url: str, model: str, rate_rps: float, duration_s: float, seed: int, *,
+              drain_s: float, prefix: str) -> tuple[list, list[HttpReply], list]:
+    """Poisson arrivals at ``rate_rps`` for ``duration_s`` through the app's ingress."""
+    arrivals = poisson_arrivals(rate_rps, duration_s, random.Random(f"{seed}:{prefix}"))
+    requests = build_requests(arrivals, seed=seed, prefix=prefix)
+    replies = [HttpReply() for _ in requests]
+    records, _samples = asyncio.run(play(url, model, requests, with_priority=False,
+                                         drain_timeout_s=drain_s, replies=replies,
+                                         fresh_connections=True))
+    return records, replies, requests
+
+
+def counters(url: str) -> dict[str, float]:
+    """The ingress's router counters now (summed over labels)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    totals = dict.fromkeys(COUNTERS, 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+def measure_capacity(url: str, model: str, step_s: float, drain_s: float) -> dict:
+    """Raise the open-loop rate until goodput stops rising; the rate where it peaked."""
+    steps, rate = [], CAPACITY_START_RPS
+    for index in range(CAPACITY_MAX_STEPS):
+        records, replies, _ = play_once(url, model, rate, step_s, index, drain_s=drain_s,
+                                        prefix=f"cap{index}-")
+        steps.append({"rate_rps": rate, **run_metrics(records, replies, window_s=step_s)})
+        print(f"capacity {rate:.1f} req/s: goodput {steps[-1]['goodput_rps']:.2f}", flush=True)
+        peak = max(steps, key=lambda s: s["goodput_rps"])
+        if steps[-1]["goodput_rps"] < CAPACITY_DROP * peak["goodput_rps"] or (
+                len(steps) >= 3 and peak is steps[-3]):
+            break
+        rate *= CAPACITY_STEP
+    peak = max(steps, key=lambda s: s["goodput_rps"])
+    return {"capacity_rps": peak["rate_rps"], "peak_goodput_rps": peak["goodput_rps"],
+            "steps": steps, "step_s": step_s}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--routers", default=",".join(ROUTERS))
+    parser.add_argument("--load", type=float, default=2.0,
+                        help="offered rate, in multiples of the measured capacity")
+    parser.add_argument("--duration-s", type=float, default=30.0)
+    parser.add_argument("--drain-s", type=float, default=60.0)
+    parser.add_argument("--capacity-rps", type=float, default=None,
+                        help="skip the capacity measurement and use this rate")
+    parser.add_argument("--capacity-step-s", type=float, default=20.0)
+    parser.add_argument("--cpus-per-node", type=float, default=4.0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    from integrations.ray_serve.cluster import LocalCluster
+
+    routers = args.routers.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    model, scale, started = model_dir(), LiveScale(), time.perf_counter()
+    summary: dict = {"config": {**vars(args), "out": str(args.out), "model": model,
+                                "slo_declaration": DECLARATION}, "runs": {}}
+    with LocalCluster(nodes=2, cpus_per_node=args.cpus_per_node,
+                      http_port=free_port()) as cluster:
+        url = cluster.url
+        capacity = {"capacity_rps": args.capacity_rps, "given": True}
+        if args.capacity_rps is None:
+            deploy_router("pow2", model, scale)
+            capacity = measure_capacity(url, model, args.capacity_step_s, args.drain_s)
+        summary["capacity"] = capacity
+        rate = args.load * capacity["capacity_rps"]
+        for router in routers:
+            deploy_router(router, model, scale)
+            for seed in seeds:
+                before = counters(url)
+                records, replies, requests = play_once(url, model, rate, args.duration_s, seed,
+                                                       drain_s=args.drain_s, prefix="live-")
+                after = counters(url)
+                write_requests(args.out / "runs" / str(seed) / router / "requests.jsonl",
+                               records, replies, requests)
+                metrics = run_metrics(records, replies, window_s=args.duration_s)
+                for name in COUNTERS:
+                    metrics[name] = None if router == "pow2" else after[name] - before[name]
+                summary["runs"].setdefault(str(seed), {})[router] = metrics
+                print(f"seed {seed} {router}: {metrics['admitted']}/{metrics['offered']} "
+                      f"admitted, attainment {metrics['admitted_slo_attainment']}, goodput "
+                      f"{metrics['goodput_rps']:.2f} req/s, rejected with room "
+                      f"{metrics[COUNTERS[0]]}", flush=True)
+    summary["wall_s"] = time.perf_counter() - started
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"wrote {args.out / 'summary.json'}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
