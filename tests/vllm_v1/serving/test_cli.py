@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from integrations.vllm_v1.instruments.tiny_model import tiny_model_dir
-from integrations.vllm_v1.serving.server import offline_env
+from integrations.vllm_v1.serving.server import KV_SPACE_ENV, offline_env
 from tests.helpers.http import free_port
 
 pytestmark = pytest.mark.engine
@@ -87,6 +87,11 @@ def cli(tmp_path):
         handle.wait_until_healthy()
         handle.metrics_dir = handle.api_server.environ()["PROMETHEUS_MULTIPROC_DIR"]
         assert os.path.isdir(handle.metrics_dir)
+        # the KV size on the command line holds: the CPU default that would override it
+        # (set in this test's environment) reaches neither the API server nor the engine
+        assert KV_SPACE_ENV in os.environ
+        for process in (handle.api_server, handle.engine_core()):
+            assert KV_SPACE_ENV not in process.environ()
         yield handle
     finally:
         handle.cleanup()
