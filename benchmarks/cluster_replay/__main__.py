@@ -19,7 +19,9 @@ from the step-cost model (`cost_model_capacity`: each request's prefill of what 
 prefix cache would not hold, plus its share of decode steps as large as the KV cache and
 ``max_num_seqs`` allow). A load of ``L`` offers the trace at ``L`` times that rate.
 Writes ``OUT/summary.json`` (config, capacity, one summary per load and system, the goals
-judged) and prints a table per load.
+judged) and prints a table per load; ``room`` (``router.rejected_with_room``) counts the
+replica rejections a router passed on to the client while another replica was predicted to
+meet the request's targets.
 """
 
 from __future__ import annotations
