@@ -56,17 +56,31 @@ def test_a_good_entry_or_none_passes():
     check_command_line(["vllm", "serve", "m", "--additional-config", "{}"])
 
 
-def test_vllm_serve_exits_at_once_naming_the_problem(tmp_path):
-    """The real API server entry point: its last line names the unknown preset (it used to
-    start the engine core first and end on vLLM's generic 'Engine core initialization
-    failed')."""
+@pytest.mark.parametrize(("spelling", "message"), [
+    ("hyphen", "unknown pipeline 'no-such-preset'"),
+    ("underscore", "llm_serving_policies.pipeline.admission.max_waiting must be an integer, "
+                   "got 'ten'"),
+    ("config-file", "llm_serving_policies.pipeline.admission.max_waiting must be an integer, "
+                    "got 'ten'"),
+])
+def test_vllm_serve_exits_at_once_naming_the_problem(tmp_path, spelling, message):
+    """The real API server entry point, the entry spelled as vLLM accepts it: its last line
+    names the problem (it used to start the engine core first and end on vLLM's generic
+    'Engine core initialization failed', or, for spellings the check missed, on a
+    resource_tracker warning after the engine failed)."""
+    entry = {"pipeline": "no-such-preset"} if spelling == "hyphen" else {
+        "pipeline": {"admission": {"class": "QueueDepthLimit", "max_waiting": "ten"}}}
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"additional-config": {KEY: entry}}))
+    flags = {"hyphen": ["--additional-config", json.dumps({KEY: entry})],
+             "underscore": ["--additional_config", json.dumps({KEY: entry})],
+             "config-file": ["--config", str(config)]}[spelling]
     result = subprocess.run(
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp_path),
-         "--additional-config", json.dumps({KEY: {"pipeline": "no-such-preset"}})],
-        capture_output=True, text=True, timeout=300)
+         *flags], capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert "unknown pipeline 'no-such-preset'" in last, result.stderr[-2000:]
+    assert message in last, result.stderr[-2000:]
 
 
 BAD_TYPE = {"pipeline": {"admission": {"class": "QueueDepthLimit", "max_waiting": "ten"}}}
