@@ -155,9 +155,10 @@ def _engine_deployment(config: ServeConfig, name: str, replicas: int) -> Any:
                                    **config.router_kwargs},
             request_routing_stats_period_s=config.routing_stats_period_s)
     elif config.router in CLUSTER_ROUTERS:
-        from integrations.ray_serve.cluster_router import ClusterRequestRouter
+        from integrations.ray_serve.cluster_router import ClusterRequestRouter, class_declaration
 
-        declared = None if config.pipeline is None else _as_pipeline(config.pipeline).slo
+        spec = None if config.pipeline is None else _as_pipeline(config.pipeline).slo
+        declared = None if spec is None else class_declaration(spec)
         router = RequestRouterConfig(
             request_router_class=ClusterRequestRouter,
             request_router_kwargs={"router": config.router, "deployment": name,

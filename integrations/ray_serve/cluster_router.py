@@ -69,15 +69,14 @@ class ClassTable:
     grants: Any = None
 
     @classmethod
-    def parse(cls, declaration: Any) -> ClassTable:
-        """The table of an ``llm_serving_policies.slo`` mapping or its parsed `SLOSpec` (None:
-        no classes, no targets: every request is feasible everywhere)."""
+    def parse(cls, declaration: Mapping[str, Any] | None) -> ClassTable:
+        """The table of an ``llm_serving_policies.slo`` mapping (None: no classes, no
+        targets: every request is feasible everywhere)."""
         if declaration is None:
             return cls()
         from integrations.vllm_v1.config.slo import SLOSpec
 
-        spec = declaration if isinstance(declaration, SLOSpec) else SLOSpec.parse(
-            dict(declaration))
+        spec = SLOSpec.parse(dict(declaration))
         return cls(classes=dict(spec.classes), tenants=dict(spec.tenants),
                    lengths=tuple((2**31 if bound is None else bound, name)
                                  for bound, name in spec.by_prompt_tokens),
@@ -95,6 +94,18 @@ class ClassTable:
             return None, None
         lower = self.demotions.get(name)
         return self.classes[name], self.classes.get(lower) if lower else None
+
+
+def class_declaration(spec: Any) -> dict[str, Any]:
+    """The class part of a parsed `SLOSpec` as an ``slo`` mapping (JSON, as Ray Serve wants a
+    request router's arguments): classes, tenants' classes, classes by prompt length,
+    protected classes, demotions and allowed classes."""
+    return {"classes": {name: {"ttft_s": t.ttft_s, "tpot_s": t.tpot_s}
+                        for name, t in spec.classes.items()},
+            "tenants": dict(spec.tenants),
+            "by_prompt_tokens": [[bound, name] for bound, name in spec.by_prompt_tokens],
+            "protected": sorted(spec.protected), "demotions": dict(spec.demotions),
+            "allowed_classes": {who: sorted(names) for who, names in spec.allowed.items()}}
 
 
 def step_model(coefficients: Mapping[str, float] | None) -> StepTimeModel | None:
@@ -157,10 +168,10 @@ class ClusterRequestRouter(RequestRouter):
     def initialize_state(self, *, router: str = "slo", deployment: str = "",
                          block_size_tokens: int = 16, index_capacity_blocks: int = 100_000,
                          saturation_tokens: int = 8192, seed: int = 0,
-                         slo: Any = None) -> None:
+                         slo: Mapping[str, Any] | None = None) -> None:
         """Ray Serve calls this with ``request_router_kwargs``: the policy's name and
         `make_router` arguments, ``deployment`` (the metrics' label) and ``slo`` (the SLO
-        declaration, a mapping or an `SLOSpec`, whose classes give requests their targets)."""
+        declaration mapping whose classes give requests their targets)."""
         self._label = deployment or self.app_name
         self._name = router
         self._settings = dict(block_size_tokens=block_size_tokens,

@@ -27,6 +27,7 @@ from integrations.ray_serve import metrics  # noqa: E402
 from integrations.ray_serve.cluster_router import (  # noqa: E402
     ClassTable,
     ClusterRequestRouter,
+    class_declaration,
     replica_report,
 )
 from integrations.ray_serve.engine import EngineRequest  # noqa: E402
@@ -107,6 +108,22 @@ def test_replica_reports_carry_the_stats_the_slo_prediction_reads():
     assert report.token_budget == 2048 and report.ttft_headroom == 0.7
     assert report.queued_prefill_deadlines[0] == (4.0, 500)  # rag: due 4 s after arrival 0
     assert replica_report("s", {}, classes=classes).step_model is None  # nothing learned yet
+
+
+def test_the_pipeline_declaration_reaches_the_router_as_json_with_the_same_classes():
+    import json
+
+    from integrations.vllm_v1.config.slo import SLOSpec
+
+    declared = {**SLO, "tenants": {"acme": "chat"}, "by_prompt_tokens": [[100, "chat"],
+                                                                         [None, "rag"]],
+                "protected": ["chat"], "demotions": {"chat": "rag"}}
+    spec = SLOSpec.parse(declared)
+    table = ClassTable.parse(json.loads(json.dumps(class_declaration(spec))))
+    assert table.targets("acme", None, 5000)[0] == spec.classes["chat"]  # the tenant's class
+    assert table.targets("other", None, 50) == (spec.classes["rag"], None)  # chat: protected
+    assert table.targets("other", "rag", 50)[0] == spec.classes["rag"]
+    assert table.targets("acme", "chat", 50)[1] == spec.classes["rag"]  # demoted to rag
 
 
 def test_slo_router_sends_a_request_where_its_deadline_is_predicted_met():
