@@ -1,4 +1,4 @@
-"""Decode-protection targets (issue 16), judged on a replay summary against the stock systems.
+"""Decode-protection targets, judged on a replay summary against the stock systems.
 
 For every ``pipeline:`` system in the summary, against the stock systems of the same run
 (``fcfs``, ``priority``, ``stock+queue-caps``):
