@@ -63,6 +63,7 @@ SERVER_MODULES = ("vllm.entrypoints.openai.api_server",
 SLO_SANE_S = (0.001, 60.0)
 """SLO targets (seconds) outside this range are warned about at start-up."""
 _DOTTED = re.compile(r"^--additional[-_]config\.")
+_ADDITIONAL = re.compile(r"^(?P<flag>--additional[-_]config)(?P<eq>=|$)")
 _LOG = logging.getLogger("vllm.llm_serving_policies")
 
 
@@ -191,18 +192,22 @@ def config_problems(additional: Mapping[str, Any], scheduling_policy: str) -> li
 
 
 def slo_warnings(entry: Mapping[str, Any]) -> list[str]:
-    """SLO targets of the ``slo`` preset's declaration outside `SLO_SANE_S` (a target in
-    milliseconds written where seconds go, most likely)."""
-    from integrations.vllm_v1.config.slo import SLOSpec
+    """SLO targets of the served pipeline's declaration (the ``slo`` preset's, or one a
+    pipeline built in Python carries) outside `SLO_SANE_S` (a target in milliseconds written
+    where seconds go, most likely)."""
+    from integrations.vllm_v1.config.spec import served_slo
 
-    if entry.get("pipeline") != "slo":
+    spec = served_slo(entry)
+    if spec is None:
         return []
+    declared = entry.get("pipeline") == "slo"
     low, high = SLO_SANE_S
     warnings = []
-    for name, target in SLOSpec.parse(entry.get("slo")).classes.items():
+    for name, target in spec.classes.items():
         for key in ("ttft_s", "tpot_s"):
             value = getattr(target, key)
-            field = f"llm_serving_policies.slo.classes.{name}.{key}"
+            field = (f"llm_serving_policies.slo.classes.{name}.{key}" if declared
+                     else f"Pipeline.slo class {name!r} {key}")
             if value > high:
                 warnings.append(f"{field} is {value:g} s, over {high:g} s: did you mean "
                                 f"milliseconds? (seconds go here: {value / 1000:g})")
@@ -269,14 +274,28 @@ def with_rejection_channel(argv: Sequence[str], additional: Mapping[str, Any]
     address = new_channel_address()
     wanted = {**additional, CONFIG_KEY: {**additional[CONFIG_KEY], CHANNEL_KEY: address}}
     if any(_DOTTED.match(arg) for arg in argv):  # vLLM puts dotted keys last: add one more
-        extra = [f"--additional-config.{CONFIG_KEY}.{CHANNEL_KEY}={address}"]
+        completed = [*argv, f"--additional-config.{CONFIG_KEY}.{CHANNEL_KEY}={address}"]
     else:
-        extra = ["--additional-config", json.dumps(wanted)]
-    completed = [*argv, *extra]
+        completed = _with_additional_config(argv, json.dumps(wanted))
     reparsed = parse_command_line(completed)
     if getattr(reparsed, "additional_config", None) != wanted:
         return None
     return completed
+
+
+def _with_additional_config(argv: Sequence[str], value: str) -> list[str]:
+    """``argv`` with its last ``--additional-config`` (any spelling) set to ``value``, or
+    with the flag added when it has none (one in a ``--config`` file), so that vLLM is not
+    given the flag twice."""
+    for index in range(len(argv) - 1, -1, -1):
+        found = _ADDITIONAL.match(argv[index])
+        if found is None:
+            continue
+        if found.group("eq"):
+            return [*argv[:index], f"{found.group('flag')}={value}", *argv[index + 1:]]
+        if index + 1 < len(argv):
+            return [*argv[:index + 1], value, *argv[index + 2:]]
+    return [*argv, "--additional-config", value]
 
 
 def multiprocess_metrics() -> str | None:

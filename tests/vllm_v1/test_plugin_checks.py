@@ -12,6 +12,8 @@ import pytest
 import yaml
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
+from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
+from integrations.vllm_v1.config.spec import to_additional_config
 from integrations.vllm_v1.plugin import (
     check_command_line,
     complete_server,
@@ -147,13 +149,22 @@ def test_slo_targets_that_look_like_milliseconds_are_warned_about():
     assert slo_warnings({"pipeline": "slo"}) == []  # the default classes are sane
 
 
+def test_a_pipeline_built_in_python_has_its_slo_targets_checked_too():
+    spec = SLOSpec.parse({"classes": {"chat": {"ttft_s": 500, "tpot_s": 0.05}}})
+    entry = to_additional_config(slo_pipeline(spec))[KEY]
+    assert slo_warnings(entry) == [
+        "Pipeline.slo class 'chat' ttft_s is 500 s, over 60 s: did you mean milliseconds? "
+        "(seconds go here: 0.5)"]
+
+
 @pytest.mark.parametrize("spelling", ["serve", "underscore", "config-file", "dotted"])
 def test_the_rejection_channel_is_added_where_vllm_reads_it(spelling, tmp_path):
     entry = {"pipeline": {"admission": {"class": "QueueDepthLimit", "max_waiting": 4}}}
     command = spellings(entry, tmp_path)[spelling]
     args = parse_command_line(command)
     completed = with_rejection_channel(command, args.additional_config)
-    assert completed[:len(command)] == command
+    flags = [arg.partition("=")[0] for arg in completed if arg.startswith("--additional")]
+    assert len(flags) == len(set(flags))  # vLLM is never given the same flag twice
     read = parse_command_line(completed).additional_config
     address = read[KEY].pop(CHANNEL_KEY)
     assert address.startswith("ipc://")
