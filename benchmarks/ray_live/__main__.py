@@ -56,10 +56,15 @@ def deploy_router(router: str, model: str, scale: LiveScale) -> None:
     """Deploy the app with ``router``, replacing the earlier one (fresh engines)."""
     from integrations.ray_serve.app import ServeConfig, deploy
     from integrations.vllm_v1.config.slo import SLOSpec, slo_pipeline
+    from integrations.vllm_v1.serving.server import KV_SPACE_ENV, offline_env
 
+    env = offline_env(scale.vllm_args())  # as the live SLO servers: offline, 1 GiB of KV
     deploy(ServeConfig(model=model, pipeline=slo_pipeline(SLOSpec.parse(DECLARATION)),
                        vllm_args=scale.vllm_args(), replicas=2, router=router, name=APP,
-                       max_ongoing_requests=256))
+                       max_ongoing_requests=256, runtime_env={"env_vars": {
+                           key: env[key] for key in (KV_SPACE_ENV, "HF_HUB_OFFLINE",
+                                                     "TRANSFORMERS_OFFLINE", "PYTHONPATH")
+                           if key in env}}))
 
 
 def play_once(url: str, model: str, rate_rps: float, duration_s: float, seed: int, *,
