@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 import attrs
 
 from benchmarks.e2e_business_cases.slos import DEFINITIONS, PRIMARY
+from benchmarks.e2e_business_cases.workload import tier_and_kind
+from benchmarks.replay.enterprise import TENANTS
 from benchmarks.replay.systems import QUEUE_CAPS
 from benchmarks.replay.systems import build_system as build_replay_system
 from benchmarks.replay.workloads import TENANT_WEIGHTS
@@ -83,10 +85,15 @@ def slo_targets(definition: str = PRIMARY) -> dict[str, SLOTarget]:
 
 def slo_spec() -> SLOSpec:
     """What the operator of the business case declares to the ``slo`` preset: its SLO classes
-    (``<tier>-<kind>``, `slos.DEFINITIONS`), every request naming its own, and the Gold
-    classes protected. Nothing else: no step model, no tuned constant."""
+    (``<tier>-<kind>``, `slos.DEFINITIONS`), every request naming its own, each tenant allowed
+    its own tier's classes (so that, served over HTTP, a Gold tenant may claim the protected
+    Gold classes at the door), and the Gold classes protected. Nothing else: no step model,
+    no tuned constant."""
     classes = slo_targets()
-    return SLOSpec(classes=classes, by_prompt_tokens=(),
+    allowed = {tenant.name: frozenset(cls for cls in classes
+                                      if tier_and_kind(cls)[0] == tenant.tier)
+               for tenant in TENANTS}
+    return SLOSpec(classes=classes, by_prompt_tokens=(), allowed=allowed,
                    protected=frozenset(cls for cls in classes if cls.startswith("gold-")))
 
 
