@@ -25,7 +25,7 @@ from benchmarks.replay.metrics import summarize
 from benchmarks.replay.workloads import TENANT_WEIGHTS, load_workload
 from integrations.vllm_v1.instruments import EngineShape
 from policies import MLFQ, LoadSnapshot, QoSRanker, RequestView, TokenBucket
-from policies.levels import LEVEL_NAMES
+from policies.ordering.levels import LEVEL_NAMES
 
 # %% [markdown]
 # ## The policies in Python

@@ -97,7 +97,7 @@ assert order.segment_of("sys") is Segment.PROTECTED
 # %%
 from benchmarks.replay.agent_sessions import agent_trace
 from integrations.vllm_v1.config.presets import preset
-from policies.eviction import DuelingSLRU, SessionPins
+from policies.kv.eviction import DuelingSLRU, SessionPins
 
 print(preset("cache").eviction)
 

@@ -5,9 +5,10 @@ Policies see frozen views (`RequestView`, `LoadSnapshot`), take the step's
 inside a real vLLM V1 engine.
 """
 
-from policies.admission import AdmissionController, AdmissionStats, QueueDepthLimit
-from policies.cache_aware import CacheAwareRanker, LoadAwareRanking
-from policies.cache_warming import PrefixWarmer, PrefixWarmerStats, WarmingPolicy, WarmPrefix
+from policies.admission.concurrency_limit import ConcurrencyLimit, ConcurrencyLimitStats
+from policies.admission.controller import AdmissionController, AdmissionStats, QueueDepthLimit
+from policies.admission.frontend_gate import FrontendGate, FrontendGateStats
+from policies.admission.watermarks import KVWatermarks, WatermarkLevel
 from policies.clock import ManualClock
 from policies.cluster_routing import (
     ClusterDecision,
@@ -22,11 +23,11 @@ from policies.cluster_routing import (
     SLORouter,
     StickyUntilSaturated,
 )
-from policies.concurrency_limit import ConcurrencyLimit, ConcurrencyLimitStats
-from policies.deadline import EDFRanker
 from policies.decisions import AdmissionDecision, Preemption
 from policies.errors import InvalidRequestMetadata
-from policies.eviction import (
+from policies.kv.cache_aware import CacheAwareRanker, LoadAwareRanking
+from policies.kv.cache_warming import PrefixWarmer, PrefixWarmerStats, WarmingPolicy, WarmPrefix
+from policies.kv.eviction import (
     LRU,
     DuelingSLRU,
     EvictionOrder,
@@ -38,18 +39,8 @@ from policies.eviction import (
     SessionHints,
     SessionPins,
 )
-from policies.fairness import WFQ, WFQStats
-from policies.frontend_gate import FrontendGate, FrontendGateStats
-from policies.isolation import (
-    PrefillBudgetStats,
-    QuotaPolicy,
-    TenantPrefillBudget,
-    TenantQuota,
-    TenantUsage,
-    TokenCaps,
-)
-from policies.kv_tiering import Tier, TierMove, TierPlacement, TierStats
-from policies.levels import MLFQ, MLFQStats
+from policies.kv.prompt_versions import PromptVersions
+from policies.kv.tiering import Tier, TierMove, TierPlacement, TierStats
 from policies.metadata import (
     PRIORITY_MAX,
     PRIORITY_MIN,
@@ -57,9 +48,14 @@ from policies.metadata import (
     parse_request_metadata,
 )
 from policies.needs import Needs, needs_of
+from policies.ordering.deadline import EDFRanker
+from policies.ordering.fairness import WFQ, WFQStats
+from policies.ordering.levels import MLFQ, MLFQStats
+from policies.ordering.ranking import FCFSOrder, QoSRanker
+from policies.ordering.slot_preemption import SlotPreemption, SlotPreemptionStats
 from policies.output_lengths import OutputLengths
-from policies.pd_planner import PDPlan, PDPlanner
-from policies.pd_router import (
+from policies.pd.planner import PDPlan, PDPlanner
+from policies.pd.router import (
     InstanceLoad,
     LeastLoadedRouter,
     PDRouter,
@@ -70,14 +66,12 @@ from policies.pd_router import (
     RouteReason,
     chain_keys,
 )
-from policies.pd_scheduling import (
+from policies.pd.scheduling import (
     DecodeKVGate,
     DecodeStepGate,
     DecodeStepGateStats,
     StartGate,
 )
-from policies.prefill_guard import InteractivePrefillGuard, PrefillGuardStats
-from policies.prompt_versions import PromptVersions
 from policies.protocols import (
     AdmissionPolicy,
     DeadlinePolicy,
@@ -90,8 +84,17 @@ from policies.protocols import (
     StepObserver,
     TokenCapPolicy,
 )
-from policies.ranking import FCFSOrder, QoSRanker
-from policies.rate import TokenBucket, TokenBucketStats
+from policies.rate.isolation import (
+    PrefillBudgetStats,
+    QuotaPolicy,
+    TenantPrefillBudget,
+    TenantQuota,
+    TenantUsage,
+    TokenCaps,
+)
+from policies.rate.prefill_guard import InteractivePrefillGuard, PrefillGuardStats
+from policies.rate.step_budget import StepPrefillBudget, StepPrefillBudgetStats
+from policies.rate.token_bucket import TokenBucket, TokenBucketStats
 from policies.slo import (
     ClassFairShare,
     ClassFairShareStats,
@@ -107,7 +110,6 @@ from policies.slo import (
     SLOVerdict,
     TTFTDeadlineRanker,
 )
-from policies.slot_preemption import SlotPreemption, SlotPreemptionStats
 from policies.speculative import (
     AutomatonStats,
     Draft,
@@ -124,7 +126,6 @@ from policies.speculative import (
     SuffixAutomaton,
     SuffixDrafter,
 )
-from policies.step_budget import StepPrefillBudget, StepPrefillBudgetStats
 from policies.step_model import (
     CONSERVATIVE_PRIOR,
     OnlineStepTimeModel,
@@ -132,7 +133,6 @@ from policies.step_model import (
     StepTimeModel,
 )
 from policies.views import DEFAULT_TENANT, LoadSnapshot, RequestView, StepFeatures
-from policies.watermarks import KVWatermarks, WatermarkLevel
 
 __all__ = [
     "AdmissionController",

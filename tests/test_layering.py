@@ -138,11 +138,11 @@ def test_the_protocols_and_decisions_import_no_policy():
 
 
 def test_the_floor_check_sees_a_policy_import():
-    GRAPH["policies.views"].add("policies.admission.QueueDepthLimit")
+    GRAPH["policies.views"].add("policies.admission.controller.QueueDepthLimit")
     try:
-        assert _above_the_floor("policies.views") == ["policies.admission.QueueDepthLimit"]
+        assert _above_the_floor("policies.views") == ["policies.admission.controller.QueueDepthLimit"]
     finally:
-        GRAPH["policies.views"].discard("policies.admission.QueueDepthLimit")
+        GRAPH["policies.views"].discard("policies.admission.controller.QueueDepthLimit")
 
 
 def test_every_module_has_a_place_in_the_package_order():

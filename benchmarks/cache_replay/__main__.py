@@ -36,7 +36,7 @@ from benchmarks.cache_replay.restart import replay_restart
 from benchmarks.cache_replay.simulate import ReplayResult, replay_opt, replay_order
 from benchmarks.replay.workloads import load_workload
 from integrations.vllm_v1.config.presets import preset
-from policies.eviction import LRU, DuelingSLRU, EvictionOrder, SegmentedLRU, SessionPins
+from policies.kv.eviction import LRU, DuelingSLRU, EvictionOrder, SegmentedLRU, SessionPins
 
 SHIPPED_PRESET = "cache"
 """The preset whose eviction order ``--policies shipped`` runs."""

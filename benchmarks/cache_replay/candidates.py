@@ -32,7 +32,7 @@ from collections.abc import Hashable, Iterator
 
 import attrs
 
-from policies.eviction import EvictionStats, Segment, SegmentedLRU
+from policies.kv.eviction import EvictionStats, Segment, SegmentedLRU
 
 
 @attrs.define(eq=False, kw_only=True)

@@ -15,8 +15,8 @@ from collections.abc import Hashable, Sequence
 import attrs
 
 from benchmarks.cache_replay.simulate import Chain, replay_order
-from policies.cache_warming import PrefixWarmer
-from policies.eviction import LRU
+from policies.kv.cache_warming import PrefixWarmer
+from policies.kv.eviction import LRU
 
 
 @attrs.frozen(kw_only=True)

@@ -39,7 +39,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import attrs
 
-from policies.eviction import EvictionOrder, SessionHints, WaitingHints
+from policies.kv.eviction import EvictionOrder, SessionHints, WaitingHints
 
 Chain = Sequence[Hashable]
 Turn = tuple[str | None, float] | tuple[str | None, float, str | None]

@@ -45,7 +45,7 @@ from benchmarks.replay.trace import Trace
 from benchmarks.replay.workloads import AGENT_WORKLOADS, TENANT_WEIGHTS, load_workload
 from integrations.vllm_v1.instruments.harness import EngineShape
 from policies.cluster_routing import OURS, ROUTERS, make_router
-from policies.pd_router import chain_keys
+from policies.pd.router import chain_keys
 
 DEFAULT_ROUTERS = ("slo", "pow2", "round-robin", "kv_overlap", "session-sticky",
                    "sticky-until-saturated")

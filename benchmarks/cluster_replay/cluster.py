@@ -35,7 +35,7 @@ from benchmarks.replay.trace import Trace, TraceRequest
 from integrations.vllm_v1.instruments.harness import EngineShape
 from policies import OnlineStepTimeModel, SLOAdmission, TTFTDeadlineRanker
 from policies.cluster_routing import ClusterDecision, ClusterRequest, ReplicaReport
-from policies.pd_router import chain_keys
+from policies.pd.router import chain_keys
 
 
 class ClusterRouter(Protocol):

@@ -33,7 +33,7 @@ from integrations.vllm_v1.config.slo import slo_pipeline as product_slo_pipeline
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
 from integrations.vllm_v1.pipeline import Pipeline
 from policies import PRIORITY_MAX, EDFRanker, SLOTarget, TenantPrefillBudget, TokenCaps
-from policies.prefill_guard import InteractivePrefillGuard
+from policies.rate.prefill_guard import InteractivePrefillGuard
 
 
 def business_pipeline() -> Pipeline:

@@ -6,7 +6,7 @@ Example (every router, two cluster sizes, the PD-aware presets):
         --routers round_robin,pow2,prefix_affinity,kv_overlap,pd_router \\
         --topologies 2P2D,4P4D --scheduling pd --out out/pd
 
-Routers: ``round_robin``, ``least_loaded`` and ``pd_router`` (`policies.pd_router`),
+Routers: ``round_robin``, ``least_loaded`` and ``pd_router`` (`policies.pd.router`),
 and the routers users would pick instead (`benchmarks.pd_replay.routers`): ``pow2``
 (Ray Serve's default), ``prefix_affinity`` (Ray Serve LLM's prefix-cache affinity)
 and ``kv_overlap`` (Dynamo's KV cost). ``--scheduling stock,pd`` runs every router

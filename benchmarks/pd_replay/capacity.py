@@ -25,7 +25,7 @@ from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
 
 @attrs.frozen(kw_only=True)
 class StepCostCapacity:
-    """A `policies.pd_planner.CapacityModel` priced by a `StepCostModel`."""
+    """A `policies.pd.planner.CapacityModel` priced by a `StepCostModel`."""
 
     cost_model: StepCostModel
     kv_capacity_tokens: int

@@ -37,7 +37,7 @@ from benchmarks.replay.records import RequestRecord, SystemRun
 from benchmarks.replay.trace import Trace
 from integrations.vllm_v1.config.pd_roles import STOCK, PDRole
 from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness, scheduled_work
-from policies.pd_router import InstanceLoad, RouteDecision, chain_keys
+from policies.pd.router import InstanceLoad, RouteDecision, chain_keys
 
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 131072
 """2 (K, V) x 32 layers x 8 KV heads x 128 dims x 2 bytes (bf16)."""
@@ -48,7 +48,7 @@ transfer is priced from it; the step-cost model keeps bf16 attention."""
 
 
 class Router(Protocol):
-    """What the cluster needs of a router (`policies.pd_router` implements it)."""
+    """What the cluster needs of a router (`policies.pd.router` implements it)."""
 
     def route(self, request_id: str, prompt_tokens: int, block_keys: Sequence[int],
               loads: dict[str, InstanceLoad], *,

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from benchmarks.replay.workloads import load_workload
-from policies.pd_router import InstanceLoad, PDRouter, chain_keys
+from policies.pd.router import InstanceLoad, PDRouter, chain_keys
 from policies.percentile import percentile
 
 

@@ -25,7 +25,7 @@ from benchmarks.pd_replay.cluster import ClusterRun
 from benchmarks.pd_replay.setup import SCHEDULING, ReplaySetup, format_table, row
 from benchmarks.replay.records import SystemRun
 from benchmarks.replay.trace import Trace
-from policies.pd_planner import PDPlan, PDPlanner
+from policies.pd.planner import PDPlan, PDPlanner
 
 
 def windows(trace: Trace, window_s: float) -> list[Trace]:

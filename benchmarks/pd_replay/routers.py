@@ -39,8 +39,8 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import attrs
 
-from policies.pd_index import PrefixIndex
-from policies.pd_router import (
+from policies.pd.index import PrefixIndex
+from policies.pd.router import (
     InstanceLoad,
     RouteDecision,
     RouteReason,

@@ -16,7 +16,7 @@ from benchmarks.replay.metrics import DEFAULT_SLOS, latency_summary
 from benchmarks.replay.trace import Trace
 from integrations.vllm_v1.config.pd_roles import PD_DECODE, PD_PREFILL, STOCK
 from integrations.vllm_v1.instruments.harness import EngineShape
-from policies.pd_router import LeastLoadedRouter, PDRouter, RoundRobinRouter
+from policies.pd.router import LeastLoadedRouter, PDRouter, RoundRobinRouter
 
 ROUTERS = ("round_robin", "least_loaded", "pow2", "prefix_affinity", "kv_overlap", "pd_router")
 SCHEDULING = {"stock": (STOCK, STOCK), "pd": (PD_PREFILL, PD_DECODE),

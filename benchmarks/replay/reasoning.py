@@ -5,7 +5,7 @@ service, each ten-minute window's request rate and inter-arrival CV over 14 days
 (``chunk-N-trace.csv``) and the prompt and output length distributions of each six-hour
 period of the day (``chunk-N-dataset.json``). Reasoning outputs are long (means of hundreds
 to thousands of tokens), so slots stay taken for a long time: the workload for slot
-preemption (`policies.slot_preemption`).
+preemption (`policies.ordering.slot_preemption`).
 
 `reasoning_trace` starts at the window where the clients' summed rate peaks and plays every
 active client's Gamma renewal process (its window's rate and CV), window after window,

@@ -5,7 +5,7 @@ Ray Serve lets an application plug in:
 
 * `VLLMEngine` (``engine``): a deployment whose replicas each run one vLLM engine with a
   `Pipeline`, started from ``vllm serve`` flags (vLLM's own OpenAI application, in-process);
-* `PDRequestRouter` (``router``): `policies.pd_router.PDRouter` (prefix affinity, bounded
+* `PDRequestRouter` (``router``): `policies.pd.router.PDRouter` (prefix affinity, bounded
   load, failover) as the deployment's Ray Serve request router, fed by the replicas'
   routing stats and the `RoutingHint` (``prefix``) the ingress computes per request;
 * `ClusterRequestRouter` (``cluster_router``): any `policies.cluster_routing` router

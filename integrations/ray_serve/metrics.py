@@ -7,7 +7,7 @@ engine replica serves vLLM's metrics and the pipeline's on its own port (see
 (`TargetsDirectory`).
 
 * ``policies:router_decisions_total{deployment,reason}``: one per routed request; reason
-  ``affinity`` / ``session`` / ``spillover`` / ``least_loaded`` (`policies.pd_router.RouteReason`),
+  ``affinity`` / ``session`` / ``spillover`` / ``least_loaded`` (`policies.pd.router.RouteReason`),
   a cluster router's `policies.cluster_routing.RouteCause` (``feasible``, ``cache``,
   ``retried``, ``no_feasible``, ...), or
   ``fallback`` when Ray Serve sent the request to another replica than the one chosen

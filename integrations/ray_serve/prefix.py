@@ -2,7 +2,7 @@
 
 The ingress tokenizes each OpenAI request with the model's tokenizer (the chat
 template for ``/v1/chat/completions``), cuts the token ids into blocks of the
-engine's KV block size and chains the blocks' hashes (`policies.pd_index.chain_keys`),
+engine's KV block size and chains the blocks' hashes (`policies.pd.index.chain_keys`),
 so key ``i`` stands for the whole prompt up to block ``i``. Two requests share key
 ``i`` exactly when they share that prefix of token ids — what vLLM's prefix cache on a
 replica can reuse. Keys are hashes of tuples of ints, equal in every process.
@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from integrations.vllm_v1.pd.proxy import request_session_id
-from policies.pd_index import chain_keys
+from policies.pd.index import chain_keys
 
 
 @attrs.frozen(kw_only=True)

@@ -1,4 +1,4 @@
-"""`PDRequestRouter`: our `policies.pd_router.PDRouter` as a Ray Serve request router.
+"""`PDRequestRouter`: our `policies.pd.router.PDRouter` as a Ray Serve request router.
 
 Ray Serve asks a deployment's request router, in the process that holds the
 deployment handle (here the ingress), which replicas may take each request
@@ -47,7 +47,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 
 from integrations.ray_serve import metrics
 from integrations.ray_serve.prefix import RoutingHint
-from policies.pd_router import InstanceLoad, PDRouter
+from policies.pd.router import InstanceLoad, PDRouter
 
 _MAX_REMEMBERED = 10_000
 """Undispatched decisions kept (a request cancelled before dispatch leaves one behind)."""

@@ -35,7 +35,7 @@ from policies import (
     WarmingPolicy,
     needs_of,
 )
-from policies.eviction import EvictionOrder
+from policies.kv.eviction import EvictionOrder
 
 if TYPE_CHECKING:
     from integrations.vllm_v1.config.slo import SLOSpec

@@ -17,7 +17,7 @@ from policies.cluster_routing.reports import (
     RouteCause,
     positive_int,
 )
-from policies.pd_index import PrefixIndex
+from policies.pd.index import PrefixIndex
 
 
 def _unique_names(_instance: object, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:

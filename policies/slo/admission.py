@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import attrs
 
-from policies.admission import AdmissionDecision
+from policies.admission.controller import AdmissionDecision
 from policies.needs import Needs
 from policies.slo.classes import (
     ClassGrants,

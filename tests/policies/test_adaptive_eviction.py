@@ -8,8 +8,8 @@ from benchmarks.cache_replay.simulate import replay_order
 from benchmarks.replay.agent_sessions import PROFILES, AgentProfile, LogNormal, agent_trace
 from benchmarks.replay.workloads import load_workload
 from policies import LRU, EvictionOrder, Segment, SegmentedLRU
-from policies.eviction import DuelingSLRU, SessionPins
-from policies.eviction.pin_shadows import _PinnedLRUShadow
+from policies.kv.eviction import DuelingSLRU, SessionPins
+from policies.kv.eviction.pin_shadows import _PinnedLRUShadow
 from tests.helpers.eviction import assert_misuse_raises_precise_errors
 
 

@@ -16,7 +16,7 @@ from hypothesis.stateful import (
 )
 
 from policies import AdmissionPolicy, LifecycleObserver, LoadSnapshot, RequestView
-from policies.admission import AdmissionController, AdmissionStats
+from policies.admission.controller import AdmissionController, AdmissionStats
 
 
 class FixedRandom(random.Random):

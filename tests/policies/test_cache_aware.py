@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies import FCFSOrder, QoSRanker, RankingPolicy, RequestView
-from policies.cache_aware import CacheAwareRanker, LoadAwareRanking
-from policies.deadline import EDFRanker
+from policies.kv.cache_aware import CacheAwareRanker, LoadAwareRanking
+from policies.ordering.deadline import EDFRanker
 from policies.views import LoadSnapshot
 
 BASES = st.sampled_from([FCFSOrder(), QoSRanker(), EDFRanker()])

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies import LoadSnapshot
-from policies.cache_warming import PrefixWarmer
+from policies.kv.cache_warming import PrefixWarmer
 
 BLOCK = 4
 

@@ -19,7 +19,7 @@ from policies.cluster_routing import (
     SLORouter,
     StickyUntilSaturated,
 )
-from policies.pd_router import chain_keys
+from policies.pd.router import chain_keys
 from policies.step_model import StepTimeModel
 
 NAMES = ("r0", "r1", "r2")

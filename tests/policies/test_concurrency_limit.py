@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.concurrency_limit import REASON, ConcurrencyLimit
+from policies.admission.concurrency_limit import REASON, ConcurrencyLimit
 
 
 def fill(limit, n):

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.deadline import EDFRanker
+from policies.ordering.deadline import EDFRanker
 from policies.protocols import RankingPolicy
 from policies.views import RequestView
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies import LRU, PromptVersions, SegmentedLRU
-from policies.eviction.shadows import _LRUShadow, _OrderShadow
+from policies.kv.eviction.shadows import _LRUShadow, _OrderShadow
 
 
 class Driver:

@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from policies import LRU, DuelingSLRU, EvictionOrder, Segment, SegmentedLRU
-from policies.eviction import (
+from policies.kv.eviction import (
     CancellationRetention,
     FrequencyLRU,
     PromptVersioning,

@@ -15,7 +15,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from policies.fairness import WFQ, WFQStats
+from policies.ordering.fairness import WFQ, WFQStats
 
 TENANTS = ("a", "b", "c", "d")
 weights_ = st.floats(min_value=0.1, max_value=10.0, allow_nan=False)

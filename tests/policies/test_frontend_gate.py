@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.frontend_gate import REASON, FrontendGate
+from policies.admission.frontend_gate import REASON, FrontendGate
 
 
 def sequential(gate, service_s, count, start=0.0):

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
-from policies.levels import MLFQ, MLFQStats
+from policies.ordering.levels import MLFQ, MLFQStats
 from policies.protocols import LifecycleObserver
 from policies.views import RequestView
 

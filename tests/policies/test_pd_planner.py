@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.pd_planner import FixedCapacity, PDDemand, PDPlan, PDPlanner
+from policies.pd.planner import FixedCapacity, PDDemand, PDPlan, PDPlanner
 
 CAPACITY = FixedCapacity(prefill_tokens_per_s=20_000, decode_tokens_per_s=1_000,
                          colocated_gap_s=0.3)

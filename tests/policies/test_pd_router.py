@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from policies.pd_router import (
+from policies.pd.router import (
     InstanceLoad,
     LeastLoadedRouter,
     PDRouter,

@@ -3,7 +3,7 @@
 import pytest
 
 from policies import LoadSnapshot, RequestView
-from policies.prefill_guard import InteractivePrefillGuard
+from policies.rate.prefill_guard import InteractivePrefillGuard
 
 LOAD = LoadSnapshot(now=0.0, waiting_requests=1, running_requests=1, kv_usage=0.2,
                     token_budget=8192)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from policies.protocols import LifecycleObserver, TokenCapPolicy
-from policies.rate import TokenBucket, TokenBucketStats
+from policies.rate.token_bucket import TokenBucket, TokenBucketStats
 from policies.views import LoadSnapshot, RequestView
 
 EPS = 1e-6

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.cache_replay.simulate import replay_order
 from benchmarks.replay.agent_sessions import agent_trace
-from policies.eviction import DuelingSLRU, SessionPins
+from policies.kv.eviction import DuelingSLRU, SessionPins
 
 
 def release_chain(order, chain):

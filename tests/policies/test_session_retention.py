@@ -2,7 +2,7 @@
 
 import pytest
 
-from policies.eviction import (
+from policies.kv.eviction import (
     DuelingSLRU,
     Segment,
     SessionGaps,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from policies import AdmissionPolicy, LoadSnapshot, RequestView
-from policies.watermarks import KVWatermarks, WatermarkLevel
+from policies.admission.watermarks import KVWatermarks, WatermarkLevel
 
 usages = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 priorities = st.integers(min_value=-20, max_value=20)

@@ -66,7 +66,7 @@ from integrations.vllm_v1.vllm_surface.names import (
     make_block_hash_with_group_id,
     swap_free_block_queue,
 )
-from policies.eviction import (
+from policies.kv.eviction import (
     EvictionOrder,
     ReportsEvictionStats,
     RetentionHints,

@@ -58,7 +58,7 @@ from integrations.vllm_v1.vllm_surface.names import (
     get_offload_group_idx,
     order_request_keys,
 )
-from policies.eviction import SegmentedLRU
+from policies.kv.eviction import SegmentedLRU
 
 
 @attrs.define(eq=False)

@@ -29,7 +29,7 @@ from integrations.vllm_v1.vllm_surface.names import (
     get_request_block_hasher,
 )
 from policies import LoadSnapshot
-from policies.cache_warming import WarmingPolicy, WarmPrefix
+from policies.kv.cache_warming import WarmingPolicy, WarmPrefix
 
 WARM_ID_PREFIX = "warm-"
 WARM_TENANT = "warming"

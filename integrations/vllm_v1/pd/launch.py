@@ -37,7 +37,7 @@ from integrations.vllm_v1.config.pd_roles import PD_ROLES, STOCK, PDRole
 from integrations.vllm_v1.pd.proxy import PDProxy
 from integrations.vllm_v1.pipeline import Pipeline
 from integrations.vllm_v1.serving.server import LocalServer
-from policies.pd_router import PDRouter
+from policies.pd.router import PDRouter
 
 
 def free_port(host: str = "127.0.0.1") -> int:

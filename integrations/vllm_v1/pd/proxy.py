@@ -1,7 +1,7 @@
 """An OpenAI-compatible router in front of prefill and decode vLLM servers (aiohttp).
 
 `PDProxy` serves ``/v1/completions`` and ``/v1/chat/completions`` (streaming or
-not). Per request it asks a router (`policies.pd_router.PDRouter` or a baseline)
+not). Per request it asks a router (`policies.pd.router.PDRouter` or a baseline)
 for a prefill and a decode instance (passing the request's session, see
 `request_session_id`: `PDRouter` keeps a session's turns together), then speaks vLLM's ``kv_transfer_params``
 protocol: the prefill instance gets the request with ``max_tokens=1``, no stream
@@ -39,7 +39,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from policies.metadata import NAME_PATTERN
-from policies.pd_router import InstanceLoad, RouteDecision, chain_keys
+from policies.pd.router import InstanceLoad, RouteDecision, chain_keys
 
 CHARS_PER_TOKEN = 4
 """Rough text-to-token ratio for load estimates (the proxy has no tokenizer)."""

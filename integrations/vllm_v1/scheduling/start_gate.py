@@ -21,7 +21,7 @@ from __future__ import annotations
 from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 from integrations.vllm_v1.metrics import PolicyMetrics, Series
 from policies import DecodeStepGateStats
-from policies.pd_scheduling import StartGate
+from policies.pd.scheduling import StartGate
 
 MAX_LOOKAHEAD_REQUESTS = 64
 """Waiting requests the gate looks at per step (more never start in one step anyway)."""

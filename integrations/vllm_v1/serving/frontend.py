@@ -52,8 +52,8 @@ from integrations.vllm_v1.serving.http_status import SLO_REASONS, with_judged_he
 from integrations.vllm_v1.serving.http_validation import Forward
 from integrations.vllm_v1.serving.rejection_channel import Judged
 from integrations.vllm_v1.serving.routes import EngineRoute
-from policies.concurrency_limit import ConcurrencyLimit
-from policies.frontend_gate import FrontendGate
+from policies.admission.concurrency_limit import ConcurrencyLimit
+from policies.admission.frontend_gate import FrontendGate
 
 LATE_SHARE = 0.8
 """A stream counts as late for the concurrency limit past this share of its class's target:

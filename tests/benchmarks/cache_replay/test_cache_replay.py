@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from benchmarks.cache_replay.__main__ import main
 from benchmarks.cache_replay.simulate import replay_opt, replay_order
 from policies import LRU, SegmentedLRU
-from policies.eviction import DuelingSLRU, SessionPins
+from policies.kv.eviction import DuelingSLRU, SessionPins
 
 CHAINS = [(1, 2), (3,), (1, 2)]
 

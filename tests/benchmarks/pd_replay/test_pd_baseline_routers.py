@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from benchmarks.pd_replay.routers import KVOverlapRouter, PowerOfTwoRouter, PrefixAffinityRouter
-from policies.pd_router import InstanceLoad, RouteReason, chain_keys
+from policies.pd.router import InstanceLoad, RouteReason, chain_keys
 
 PREFILL = ("p0", "p1", "p2", "p3")
 DECODE = ("d0", "d1", "d2", "d3")

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from benchmarks.pd_replay.capacity import StepCostCapacity
 from benchmarks.pd_replay.mix import shifted_mix
 from benchmarks.replay.cost_model import StepCostModel
-from policies.pd_planner import CapacityModel
+from policies.pd.planner import CapacityModel
 
 MODEL = StepCostModel.preset("h100")
 CAPACITY = StepCostCapacity(cost_model=MODEL, kv_capacity_tokens=24_800 * 16, itl_target_s=0.1)

@@ -11,7 +11,7 @@ from benchmarks.pd_replay.cluster import TransferModel, run_cluster
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.trace import Trace, TraceRequest
 from integrations.vllm_v1.instruments.harness import EngineShape
-from policies.pd_router import LeastLoadedRouter
+from policies.pd.router import LeastLoadedRouter
 
 BLOCK = 128
 SHAPE = EngineShape(num_blocks=4096, max_model_len=4096, max_num_batched_tokens=2048)

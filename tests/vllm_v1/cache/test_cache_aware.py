@@ -4,7 +4,7 @@ keeps arrival order under a large queue, and the view carries the cached tokens.
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from policies import QoSRanker
-from policies.cache_aware import CacheAwareRanker
+from policies.kv.cache_aware import CacheAwareRanker
 
 SHAPE = EngineShape(num_blocks=128, max_num_seqs=1, max_num_batched_tokens=512,
                     max_model_len=2048)

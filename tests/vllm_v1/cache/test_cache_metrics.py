@@ -7,8 +7,8 @@ from integrations.vllm_v1.cache.eviction_metrics import report_eviction
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.metrics import PolicyMetrics
 from policies import SegmentedLRU
-from policies.eviction import DuelingSLRU, SessionPins
-from policies.prompt_versions import PromptVersions
+from policies.kv.eviction import DuelingSLRU, SessionPins
+from policies.kv.prompt_versions import PromptVersions
 from tests.helpers.drain import drain
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from integrations.vllm_v1 import Pipeline, build_llm
-from policies.cache_warming import PrefixWarmer
+from policies.kv.cache_warming import PrefixWarmer
 from tests.helpers.engine import ENGINE_KWARGS
 
 pytestmark = pytest.mark.engine

@@ -12,7 +12,7 @@ from vllm.v1.kv_offload.cpu.policies.lru import LRUCachePolicy
 
 from integrations.vllm_v1.cache.offload_policy import SegmentedLRUCachePolicy
 from integrations.vllm_v1.vllm_surface.names import ChunkStatus
-from policies.eviction import Segment
+from policies.kv.eviction import Segment
 
 MODULE = "integrations.vllm_v1.cache.offload_policy"
 POLICIES = [LRUCachePolicy, SegmentedLRUCachePolicy]

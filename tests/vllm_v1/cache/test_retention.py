@@ -8,8 +8,8 @@ from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
 from integrations.vllm_v1.vllm_surface.names import RequestStatus
 from policies import LRU, Segment, SegmentedLRU
-from policies.eviction import RetentionHints
-from policies.prompt_versions import PromptVersions
+from policies.kv.eviction import RetentionHints
+from policies.kv.prompt_versions import PromptVersions
 from tests.helpers.cache import check_pool
 from tests.helpers.drain import drain
 

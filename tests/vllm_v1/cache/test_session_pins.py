@@ -2,7 +2,7 @@
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
-from policies.eviction import DuelingSLRU, Segment, SessionPins
+from policies.kv.eviction import DuelingSLRU, Segment, SessionPins
 from tests.helpers.cache import check_pool
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from integrations.vllm_v1 import Pipeline
 from integrations.vllm_v1.instruments import EngineShape, SchedulerHarness
-from policies.eviction import DuelingSLRU
+from policies.kv.eviction import DuelingSLRU
 from tests.helpers.cache import check_pool
 
 

@@ -16,7 +16,7 @@ from integrations.vllm_v1.pd.proxy import (
     request_session_id,
     validation_error,
 )
-from policies.pd_router import PDRouter
+from policies.pd.router import PDRouter
 
 
 @attrs.define(eq=False)

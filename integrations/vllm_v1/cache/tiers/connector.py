@@ -44,7 +44,7 @@ from integrations.vllm_v1.vllm_surface.names import (
     RequestStatus,
     tensor_parallel_rank,
 )
-from policies.kv_tiering import Tier, TierMove, TierPlacement, TierStats
+from policies.kv.tiering import Tier, TierMove, TierPlacement, TierStats
 
 if TYPE_CHECKING:
     import torch

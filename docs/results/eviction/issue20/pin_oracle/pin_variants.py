@@ -19,7 +19,7 @@ import attrs
 
 from benchmarks.cache_replay import simulate
 from benchmarks.replay.workloads import load_workload
-from policies.eviction import DuelingSLRU, Segment, SessionGaps, SessionPins
+from policies.kv.eviction import DuelingSLRU, Segment, SessionGaps, SessionPins
 
 
 @attrs.define(eq=False, kw_only=True)

@@ -1,10 +1,13 @@
 """Hit rates of DuelingSLRU sampling variants on one trace (exploration, not shipped)."""
-import json, sys, time
+import json
+import sys
+import time
+
 from benchmarks.cache_replay.__main__ import run as run_policy
 from benchmarks.cache_replay.prefix_models import enterprise_chains
 from benchmarks.cache_replay.simulate import replay_order
 from benchmarks.replay.workloads import load_workload
-from policies.eviction import DuelingSLRU
+from policies.kv.eviction import DuelingSLRU
 
 trace_name, prefix, sizes, variants, out = sys.argv[1], sys.argv[2], [int(s) for s in sys.argv[3].split(",")], sys.argv[4].split(";"), sys.argv[5]
 trace = load_workload(trace_name)

@@ -20,8 +20,8 @@ from typing import ClassVar, Protocol, runtime_checkable
 import attrs
 
 from policies.needs import Needs
+from policies.ordering.ranking import FCFSOrder
 from policies.protocols import RankingPolicy
-from policies.ranking import FCFSOrder
 from policies.views import LoadSnapshot, RequestView
 
 

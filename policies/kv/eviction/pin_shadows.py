@@ -9,7 +9,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import attrs
 
-from policies.eviction.shadows import _LRUShadow
+from policies.kv.eviction.shadows import _LRUShadow
 
 
 def _push_farthest(heap: list, entry: tuple, pins: dict) -> None:

@@ -32,7 +32,7 @@ from typing import ClassVar
 
 import attrs
 
-from policies.eviction.segments import EvictionStats, Segment
+from policies.kv.eviction.segments import EvictionStats, Segment
 
 UNCACHED, ORPHAN, PROBATION = Segment.UNCACHED, Segment.ORPHAN, Segment.PROBATION
 """Members as module names for the hot paths: ``Segment.X`` costs more than most of an

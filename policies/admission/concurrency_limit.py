@@ -40,7 +40,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from policies.admission import AdmissionDecision
+from policies.admission.controller import AdmissionDecision
 from policies.validators import int_at_least
 
 REASON = "concurrency_limit"

@@ -38,10 +38,10 @@ from typing import ClassVar
 
 import attrs
 
-from policies.eviction.dueling import SetDueling
-from policies.eviction.pin_shadows import _PinnedLRUShadow, _push_farthest, _TenantPins
-from policies.eviction.segments import Segment
-from policies.eviction.sessions import SessionGaps, SessionPins, session_tenant
+from policies.kv.eviction.dueling import SetDueling
+from policies.kv.eviction.pin_shadows import _PinnedLRUShadow, _push_farthest, _TenantPins
+from policies.kv.eviction.segments import Segment
+from policies.kv.eviction.sessions import SessionGaps, SessionPins, session_tenant
 
 PROBATION, PROTECTED, PINNED = Segment.PROBATION, Segment.PROTECTED, Segment.PINNED
 

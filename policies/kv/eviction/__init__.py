@@ -20,17 +20,17 @@ A layer reaches the segments through `LRU.segment_of`, `LRU.keys_in` and `LRU.mo
 and the `Segment` members, never through another module's private names.
 """
 
-from policies.eviction.dueling import SetDueling
-from policies.eviction.layers import (
+from policies.kv.eviction.dueling import SetDueling
+from policies.kv.eviction.layers import (
     CancellationRetention,
     PromptVersioning,
     SegmentedLRU,
     WaitingQueueAwareness,
 )
-from policies.eviction.lru import LRU
-from policies.eviction.pinning import DuelingSLRU
-from policies.eviction.segmented import FrequencyLRU
-from policies.eviction.segments import (
+from policies.kv.eviction.lru import LRU
+from policies.kv.eviction.pinning import DuelingSLRU
+from policies.kv.eviction.segmented import FrequencyLRU
+from policies.kv.eviction.segments import (
     EvictionOrder,
     EvictionStats,
     ReportsEvictionStats,
@@ -38,7 +38,7 @@ from policies.eviction.segments import (
     Segment,
     WaitingHints,
 )
-from policies.eviction.sessions import SessionGaps, SessionHints, SessionPins, session_tenant
+from policies.kv.eviction.sessions import SessionGaps, SessionHints, SessionPins, session_tenant
 
 __all__ = [
     "LRU",

@@ -4,7 +4,7 @@ A disaggregated deployment runs N prefill and M decode instances; a request's
 prompt is computed on a prefill instance, its KV moves to a decode instance,
 which generates the rest. `PDRouter` chooses both instances:
 
-- **Prefix affinity**: an approximate `PrefixIndex` (`policies.pd_index`) remembers which instance was
+- **Prefix affinity**: an approximate `PrefixIndex` (`policies.pd.index`) remembers which instance was
   sent which prompt blocks (bounded, least recently routed forgotten first). A
   decode instance that holds a prefix needs less KV sent; a prefill instance
   that holds one computes less.
@@ -39,7 +39,7 @@ from types import MappingProxyType
 
 import attrs
 
-from policies.pd_index import PrefixIndex, chain_keys
+from policies.pd.index import PrefixIndex, chain_keys
 from policies.validators import finite_non_negative, fraction, int_at_least
 
 __all__ = ["InstanceLoad", "LeastLoadedRouter", "PDRouter", "PDRouterStats", "PrefixIndex",

@@ -23,7 +23,7 @@ from collections import deque
 
 import attrs
 
-from policies.admission import AdmissionDecision
+from policies.admission.controller import AdmissionDecision
 from policies.validators import finite_positive, int_at_least
 
 REASON = "frontend_busy"

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import attrs
 
-from policies.admission import AdmissionDecision
+from policies.admission.controller import AdmissionDecision
 from policies.needs import Needs
 from policies.validators import at_least, finite_non_negative, finite_positive
 from policies.views import LoadSnapshot, RequestView

@@ -25,8 +25,8 @@ from collections.abc import Callable, Hashable
 
 import attrs
 
-from policies.eviction.layers import SegmentedLRU
-from policies.eviction.shadows import _LRUShadow, _OrderShadow
+from policies.kv.eviction.layers import SegmentedLRU
+from policies.kv.eviction.shadows import _LRUShadow, _OrderShadow
 
 
 @attrs.define(eq=False, kw_only=True)

@@ -8,9 +8,9 @@ from collections.abc import Callable, Hashable
 
 import attrs
 
-from policies.eviction.layers import SegmentedLRU
-from policies.eviction.lru import LRU
-from policies.eviction.segments import Segment
+from policies.kv.eviction.layers import SegmentedLRU
+from policies.kv.eviction.lru import LRU
+from policies.kv.eviction.segments import Segment
 
 
 @attrs.define(eq=False, kw_only=True)

@@ -12,10 +12,10 @@ from typing import ClassVar
 
 import attrs
 
-from policies.eviction.lru import ORPHAN, _Entry
-from policies.eviction.segmented import FrequencyLRU
-from policies.eviction.segments import Segment
-from policies.prompt_versions import PromptVersions
+from policies.kv.eviction.lru import ORPHAN, _Entry
+from policies.kv.eviction.segmented import FrequencyLRU
+from policies.kv.eviction.segments import Segment
+from policies.kv.prompt_versions import PromptVersions
 
 PROBATION, PROTECTED, WANTED = Segment.PROBATION, Segment.PROTECTED, Segment.WANTED
 

@@ -1,7 +1,7 @@
 """`PromptVersions`: which prompt roots a tenant stopped using (cache versioning).
 
 When a tenant rolls out a new system prompt, the blocks of the old one would otherwise squat
-in the protected segment of a `policies.eviction.SegmentedLRU`; the order asks this object
+in the protected segment of a `policies.kv.eviction.SegmentedLRU`; the order asks this object
 which roots went stale and demotes their chains.
 """
 

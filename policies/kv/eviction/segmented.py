@@ -8,8 +8,8 @@ from typing import ClassVar
 
 import attrs
 
-from policies.eviction.lru import LRU, UNCACHED, _Entry
-from policies.eviction.segments import Segment
+from policies.kv.eviction.lru import LRU, UNCACHED, _Entry
+from policies.kv.eviction.segments import Segment
 
 PROBATION, PROTECTED = Segment.PROBATION, Segment.PROTECTED
 
