@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 
 from benchmarks.e2e_business_cases.live import LiveScale, free_port
-from benchmarks.e2e_business_cases.live_client import HttpReply, play
+from benchmarks.e2e_business_cases.live_client import HttpReply, client_priority, play
 from benchmarks.live_slo.run import (
     CAPACITY_DROP,
     CAPACITY_MAX_STEPS,
@@ -73,9 +73,10 @@ def play_once(url: str, model: str, rate_rps: float, duration_s: float, seed: in
     arrivals = poisson_arrivals(rate_rps, duration_s, random.Random(f"{seed}:{prefix}"))
     requests = build_requests(arrivals, seed=seed, prefix=prefix)
     replies = [HttpReply() for _ in requests]
-    records, _samples = asyncio.run(play(url, model, requests, with_priority=False,
-                                         drain_timeout_s=drain_s, replies=replies,
-                                         fresh_connections=True))
+    with client_priority():  # as the live SLO benchmark: the client is not starved
+        records, _samples = asyncio.run(play(url, model, requests, with_priority=False,
+                                             drain_timeout_s=drain_s, replies=replies,
+                                             fresh_connections=True))
     return records, replies, requests
 
 
