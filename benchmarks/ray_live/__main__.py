@@ -29,7 +29,6 @@ import asyncio
 import json
 import random
 import time
-import urllib.request
 from pathlib import Path
 
 from benchmarks.e2e_business_cases.live import LiveScale, free_port
@@ -44,6 +43,7 @@ from benchmarks.live_slo.run import (
 )
 from benchmarks.live_slo.summary import DECLARATION, run_metrics
 from benchmarks.live_slo.workload import build_requests, poisson_arrivals
+from benchmarks.soak import metric_sums
 from integrations.ray_serve import cluster as _cluster  # noqa: F401 - before Ray is imported
 
 ROUTERS = ("slo", "pow2", "session-sticky")
@@ -78,18 +78,6 @@ def play_once(url: str, model: str, rate_rps: float, duration_s: float, seed: in
                                              drain_timeout_s=drain_s, replies=replies,
                                              fresh_connections=True))
     return records, replies, requests
-
-
-def counters(url: str) -> dict[str, float]:
-    """The ingress's router counters now (summed over labels)."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    totals = dict.fromkeys(COUNTERS, 0.0)
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in totals:
-            totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals
 
 
 def measure_capacity(url: str, model: str, step_s: float, drain_s: float) -> dict:
@@ -147,10 +135,10 @@ def main(argv: list[str] | None = None) -> dict:
         for router in routers:
             deploy_router(router, model, scale)
             for seed in seeds:
-                before = counters(url)
+                before = metric_sums(url, COUNTERS)
                 records, replies, requests = play_once(url, model, rate, args.duration_s, seed,
                                                        drain_s=args.drain_s, prefix="live-")
-                after = counters(url)
+                after = metric_sums(url, COUNTERS)
                 write_requests(args.out / "runs" / str(seed) / router / "requests.jsonl",
                                records, replies, requests)
                 metrics = run_metrics(records, replies, window_s=args.duration_s)

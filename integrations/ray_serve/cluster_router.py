@@ -39,6 +39,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 
 from integrations.ray_serve import metrics
 from integrations.ray_serve.engine import EngineRequest, RouterRejection
+from integrations.ray_serve.router import not_yet_in_stats
 from policies.cluster_routing import (
     ClusterDecision,
     ClusterRequest,
@@ -214,12 +215,9 @@ class ClusterRequestRouter(RequestRouter):
             name = replica.replica_id.unique_id
             stats = replica.routing_stats or {}
             taken_at = float(stats.get("time_s", 0.0))
-            sent = self._sent.get(name, {})
-            for stale in [rid for rid, (at, _) in sent.items() if at < taken_at]:
-                del sent[stale]  # in the stats now (or never dispatched: forgotten)
             by_slot[self._slots[name]] = replica_report(
                 self._slots[name], stats, classes=self._classes,
-                sent=tuple(entry for _, entry in sent.values()))
+                sent=tuple(not_yet_in_stats(self._sent.get(name, {}), taken_at)))
         for slot in self._policy.replicas:
             if slot not in by_slot:
                 by_slot[slot] = ReplicaReport(name=slot, queued_prefill_tokens=0,

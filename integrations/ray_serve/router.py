@@ -41,13 +41,15 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from integrations.ray_serve import metrics
 from integrations.ray_serve.prefix import RoutingHint
 from policies.pd.router import InstanceLoad, PDRouter
+
+T = TypeVar("T")
 
 _MAX_REMEMBERED = 10_000
 """Undispatched decisions kept (a request cancelled before dispatch leaves one behind)."""
@@ -75,6 +77,14 @@ def replica_load(stats: Mapping[str, Any], unseen_requests: int = 0,
         running_decodes=count, ongoing_requests=count,
         kv_usage=min(1.0, max(0.0, float(stats.get("kv_usage", 0.0)))))
 
+
+
+def not_yet_in_stats(sent: dict[str, tuple[float, T]], taken_at: float) -> list[T]:
+    """What was sent to a replica after its routing stats were taken at ``taken_at``; the
+    entries sent before are dropped from ``sent`` (in the stats now, or never dispatched)."""
+    for stale in [rid for rid, (at, _) in sent.items() if at < taken_at]:
+        del sent[stale]
+    return [entry for _, entry in sent.values()]
 
 class PDRequestRouter(RequestRouter):
     """Ray Serve request router: `PDRouter` (prefix affinity, bounded load, failover)."""
@@ -159,9 +169,7 @@ class PDRequestRouter(RequestRouter):
             stats = replica.routing_stats or {}
             taken_at = float(stats.get("time_s", 0.0))
             inflight = self._inflight.get(name, {})
-            for stale in [rid for rid, (sent, _) in inflight.items() if sent < taken_at]:
-                del inflight[stale]  # in the stats now (or never dispatched: forgotten)
-            unseen = [tokens for _sent, tokens in inflight.values()]
+            unseen = not_yet_in_stats(inflight, taken_at)
             live = queue_lens.get(name)
             if live is not None:  # plus what Ray has not sent yet (decided since the stats)
                 live += sum(rid in self._pending for rid in inflight)
