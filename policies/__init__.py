@@ -5,7 +5,11 @@ Policies see frozen views (`RequestView`, `LoadSnapshot`), take the step's
 inside a real vLLM V1 engine.
 """
 
-from policies.admission.concurrency_limit import ConcurrencyLimit, ConcurrencyLimitStats
+from policies.admission.concurrency_limit import (
+    ClassConcurrencyLimits,
+    ConcurrencyLimit,
+    ConcurrencyLimitStats,
+)
 from policies.admission.controller import AdmissionController, AdmissionStats, QueueDepthLimit
 from policies.admission.frontend_gate import FrontendGate, FrontendGateStats
 from policies.admission.watermarks import KVWatermarks, WatermarkLevel
@@ -142,6 +146,7 @@ __all__ = [
     "AutomatonStats",
     "CONSERVATIVE_PRIOR",
     "CacheAwareRanker",
+    "ClassConcurrencyLimits",
     "ClassFairShare",
     "ClassFairShareStats",
     "ClassGrants",

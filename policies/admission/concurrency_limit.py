@@ -31,12 +31,19 @@ than ``floor(limit)`` requests are in flight (without ``weights``: exactly then;
 also when the tenant is below its share), and an admitted request stays counted until its
 `release`; a refusal carries the reason ``concurrency_limit`` and a Retry-After of the mean
 time a request holds its place over the limit (when a place frees up, on average).
+
+`ClassConcurrencyLimits` keeps one such limit per SLO class, nested by first-token target, for
+a server that serves the earliest first-token deadline first: a class's limit counts the
+requests in flight of its own class and of every class with a target no longer than its own
+(the ones served ahead of it), and learns from its own class's reports only. A tight class's
+lateness then lowers its own limit, not a loose class's, and a loose class's requests may fill
+the places the tight class leaves.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -150,11 +157,16 @@ class ConcurrencyLimit:
                 self.weights is None or self._tenants.get(tenant, 0) >= self.share(tenant)):
             self._rejected += 1
             return AdmissionDecision.reject(REASON, self.retry_after_s())
-        self._in_flight += 1
         self._admitted += 1
+        self.hold(tenant)
+        return AdmissionDecision.accept()
+
+    def hold(self, tenant: str = "") -> None:
+        """Count a request of ``tenant`` in flight without judging it (one another limit
+        admitted, served ahead of this limit's requests); `release` it as any other."""
+        self._in_flight += 1
         if self.weights is not None:
             self._tenants[tenant] = self._tenants.get(tenant, 0) + 1
-        return AdmissionDecision.accept()
 
     def release(self, held_s: float, tenant: str = "") -> None:
         """An admitted request of ``tenant`` left after ``held_s`` seconds in flight.
@@ -203,12 +215,81 @@ class ConcurrencyLimit:
                                      decreases=self._decreases, late_share=self._late_share)
 
     def check_invariants(self) -> None:
-        """The limit within its bounds; counts non-negative; in flight never more than
-        admitted."""
+        """The limit within its bounds; counts non-negative; the tenants' counts add up to
+        the requests in flight."""
         assert self.min_limit <= self._limit <= self.max_limit
-        assert 0 <= self._in_flight <= self._admitted
+        assert self._in_flight >= 0
         assert all(count > 0 for count in self._tenants.values())
         assert self.weights is None or sum(self._tenants.values()) == self._in_flight
         assert min(self._rejected, self._on_time, self._late, self._decreases) >= 0
         assert self._decreases <= self._late
         assert 0 <= self._late_share <= 1
+
+
+@attrs.define(eq=False, kw_only=True)
+class ClassConcurrencyLimits:
+    """A `ConcurrencyLimit` per first-token target, nested (see the module); classes with
+    the same target share one."""
+
+    ttft_s: Mapping[str, float]
+    """Class -> its first-token target (seconds): the nesting order."""
+    limit: Callable[[], ConcurrencyLimit] = ConcurrencyLimit
+    """Makes each target's limit (all alike)."""
+
+    _limits: dict[float, ConcurrencyLimit] = attrs.field(init=False, repr=False)
+    """Target -> its limit, shortest first."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.ttft_s:
+            raise ValueError("ttft_s must name at least one class")
+        for name, target in self.ttft_s.items():
+            if isinstance(target, bool) or not isinstance(target, int | float) or not (
+                    0 < target < math.inf):
+                raise ValueError(f"ttft_s[{name!r}] must be a finite number > 0, "
+                                 f"got {target!r}")
+        self._limits = {target: self.limit() for target in sorted(set(self.ttft_s.values()))}
+
+    @property
+    def limits(self) -> Mapping[str, ConcurrencyLimit]:
+        """Class -> its limit (one object for classes with the same target)."""
+        return {name: self._limits[target] for name, target in self.ttft_s.items()}
+
+    @property
+    def in_flight(self) -> int:
+        """Requests admitted and not yet released, every class."""
+        return next(reversed(self._limits.values())).in_flight
+
+    def acquire(self, slo_class: str, tenant: str = "") -> AdmissionDecision:
+        """Admit by ``slo_class``'s limit; an admitted request is then counted in flight by
+        the limit of every longer target too."""
+        target = self.ttft_s[slo_class]
+        decision = self._limits[target].acquire(tenant)
+        if decision.admitted:
+            for other in self._counting(target)[1:]:
+                other.hold(tenant)
+        return decision
+
+    def release(self, slo_class: str, held_s: float, tenant: str = "") -> None:
+        """An admitted request of ``slo_class`` left after ``held_s`` seconds in flight."""
+        for limit in self._counting(self.ttft_s[slo_class]):
+            limit.release(held_s, tenant)
+
+    def report(self, slo_class: str, *, late: bool, entered_s: float, now: float) -> None:
+        """A request of ``slo_class`` was on time or ``late``: its target's limit learns."""
+        self._limits[self.ttft_s[slo_class]].report(late=late, entered_s=entered_s, now=now)
+
+    def stats(self) -> dict[str, ConcurrencyLimitStats]:
+        """Class -> a snapshot of its limit."""
+        return {name: limit.stats() for name, limit in self.limits.items()}
+
+    def _counting(self, target: float) -> list[ConcurrencyLimit]:
+        """The limits that count a request of ``target``: its own first, then the longer."""
+        return [limit for other, limit in self._limits.items() if other >= target]
+
+    def check_invariants(self) -> None:
+        """Each limit's own invariants; a longer target's limit counts at least the requests
+        a shorter one counts."""
+        counts = [limit.in_flight for limit in self._limits.values()]
+        assert counts == sorted(counts)
+        for limit in self._limits.values():
+            limit.check_invariants()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.admission.concurrency_limit import REASON, ConcurrencyLimit
+from policies.admission.concurrency_limit import REASON, ClassConcurrencyLimits, ConcurrencyLimit
 
 
 def fill(limit, n):
@@ -157,3 +157,78 @@ def test_any_history_keeps_the_bounds_and_admits_below_the_limit_or_the_share(
         assert min_limit <= limit.limit <= max_limit
         assert limit.in_flight == sum(mine.values())
         limit.check_invariants()
+
+
+# ClassConcurrencyLimits: one limit per class, nested by first-token target.
+
+def nested(**limit_fields):
+    return ClassConcurrencyLimits(ttft_s={"chat": 0.5, "rag": 2.0, "batch": 2.0},
+                                  limit=lambda: ConcurrencyLimit(late_budget=0,
+                                                                 **limit_fields))
+
+
+def test_a_class_counts_its_own_requests_and_the_tighter_classes():
+    limits = nested()
+    for _ in range(3):
+        assert limits.acquire("chat").admitted
+    assert limits.acquire("rag").admitted and limits.acquire("batch").admitted
+    counted = {name: limit.in_flight for name, limit in limits.limits.items()}
+    assert counted == {"chat": 3, "rag": 5, "batch": 5}
+    assert limits.limits["rag"] is limits.limits["batch"]  # one target, one limit
+    assert limits.in_flight == 5
+    limits.release("chat", 1.0)
+    limits.release("rag", 1.0)
+    assert {name: limit.in_flight for name, limit in limits.limits.items()} == {
+        "chat": 2, "rag": 3, "batch": 3}
+    limits.check_invariants()
+
+
+def test_a_tight_class_late_lowers_its_own_limit_and_loose_requests_fill_the_rest():
+    limits = nested(backoff=0.5)
+    for _ in range(8):
+        assert limits.acquire("chat").admitted
+    limits.report("chat", late=True, entered_s=0.0, now=1.0)
+    assert {name: limit.limit for name, limit in limits.limits.items()} == {
+        "chat": 4, "rag": 4096, "batch": 4096}
+    assert not limits.acquire("chat").admitted  # 8 chat in flight >= 4
+    assert limits.acquire("rag").admitted  # rag's limit learned nothing late
+    assert limits.stats()["chat"].rejected == 1
+
+
+def test_a_loose_class_late_does_not_refuse_the_tight_class():
+    limits = nested(backoff=0.5)
+    for _ in range(8):
+        assert limits.acquire("rag").admitted
+    limits.report("rag", late=True, entered_s=0.0, now=1.0)
+    assert limits.limits["rag"].limit == 4
+    assert not limits.acquire("batch").admitted  # batch shares rag's target and limit
+    assert limits.acquire("chat").admitted  # served ahead of them: not behind their limit
+    assert limits.limits["rag"].in_flight == 9  # but counted ahead of rag's requests
+    limits.check_invariants()
+
+
+def test_class_limits_name_a_bad_target():
+    with pytest.raises(ValueError, match="at least one class"):
+        ClassConcurrencyLimits(ttft_s={})
+    with pytest.raises(ValueError, match=r"ttft_s\['chat'\]"):
+        ClassConcurrencyLimits(ttft_s={"chat": 0})
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.sampled_from("arOL"), st.sampled_from(
+    ["chat", "rag", "batch"])), max_size=120))
+def test_any_class_history_keeps_the_nesting(events):
+    limits = nested(backoff=0.5, max_limit=16)
+    now, entered = 0.0, []
+    for gap, what, slo_class in events:
+        now += gap
+        if what == "a":
+            if limits.acquire(slo_class).admitted:
+                entered.append((now, slo_class))
+        elif what == "r" and entered:
+            started, owner = entered.pop(0)
+            limits.release(owner, now - started)
+        elif what in "OL":
+            limits.report(slo_class, late=what == "L", entered_s=now, now=now)
+        assert limits.in_flight == len(entered)
+        assert limits.limits["chat"].in_flight == sum(c == "chat" for _, c in entered)
+        limits.check_invariants()

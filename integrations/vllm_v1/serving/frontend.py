@@ -1,7 +1,7 @@
 """The API server's door with the ``slo`` preset (`FrontendStage`): a request is answered 503 at
 once when the wait before the engine alone breaks its class's TTFT (`policies.FrontendGate`), or
-when the requests in flight reach the limit learned from their lateness
-(`policies.ConcurrencyLimit`).
+when the requests in flight ahead of it reach the limit its class learned from lateness
+(`policies.ClassConcurrencyLimits`).
 
 Active with the ``slo`` preset only. `integrations.vllm_v1.serving.middleware.PolicyMiddleware`
 opens a `Visit` for each engine-bound request as it enters: the request is in the frontend's
@@ -14,16 +14,19 @@ body's ``slo_class`` when declared, else its tenant's class, else the tightest d
 - **Gate**: the gate predicts its wait behind the requests that were in the stage when it
   entered; over the class's TTFT target it is answered 503, reason ``frontend_busy``,
   ``Retry-After`` the predicted wait.
-- **Limit**: when as many requests are in flight as the limit allows (and, where the
+- **Limit**: each TTFT target has its own limit on the requests in flight of its classes and
+  of every tighter class (served ahead of them: the engine serves the earliest first-token
+  deadline first). When those reach the limit of the request's class (and, where the
   declaration has ``fairness``, its tenant holds its weighted share of the places or more), it
-  is answered 503, reason ``concurrency_limit``, ``Retry-After`` when a place frees up on average. A stream's
-  first token is reported late when it left after `LATE_SHARE` of its class's TTFT target,
-  and its end late when its time per output token was over that share of the TPOT target;
-  a request the engine refused as unable to meet its class's targets (``slo_ttft``,
-  ``slo_tpot``) counts as late too: the door learns to turn away cheaply what the engine
-  would refuse after the API server's whole path. The limit falls on lateness and grows back
-  while on time (AIMD). Non-streaming responses report nothing else; they hold a place while
-  in flight.
+  is answered 503, reason ``concurrency_limit``, ``Retry-After`` when a place frees up on
+  average. A stream's first token is reported late when it left after `LATE_SHARE` of its
+  class's TTFT target, and its end late when its time per output token was over that share
+  of the TPOT target; a request the engine refused as unable to meet its class's targets
+  (``slo_ttft``, ``slo_tpot``) counts as late too: the door learns to turn away cheaply what
+  the engine would refuse after the API server's whole path. Each report goes to the limit of
+  the class the request was judged in; a limit falls on lateness and grows back while on time
+  (AIMD), so a tight class's lateness leaves the looser classes' limits alone.
+  Non-streaming responses report nothing else; they hold a place while in flight.
 
 Both answers come without reaching vLLM and carry ``x-slo-class``.
 
@@ -32,7 +35,8 @@ Metrics (this API server's process, on ``/metrics``): ``policies:frontend_gate_r
 predicted wait of the latest request), ``policies:frontend_stage_requests`` (requests in the
 stage), ``policies:frontend_service_rate`` (the learned completions per busy second; 0 until
 measured), ``policies:frontend_limit_rejections_total{slo_class}``,
-``policies:frontend_concurrency_limit`` (the learned limit), ``policies:frontend_in_flight``
+``policies:frontend_concurrency_limit{slo_class}`` (each class's learned limit),
+``policies:frontend_in_flight`` (every class)
 and ``policies:frontend_late_reports_total{what}`` (``ttft``, ``tpot`` or ``refused``).
 """
 
@@ -52,7 +56,7 @@ from integrations.vllm_v1.serving.http_status import SLO_REASONS, with_judged_he
 from integrations.vllm_v1.serving.http_validation import Forward
 from integrations.vllm_v1.serving.rejection_channel import Judged
 from integrations.vllm_v1.serving.routes import EngineRoute
-from policies.admission.concurrency_limit import ConcurrencyLimit
+from policies.admission.concurrency_limit import ClassConcurrencyLimits, ConcurrencyLimit
 from policies.admission.frontend_gate import FrontendGate
 
 LATE_SHARE = 0.8
@@ -65,7 +69,7 @@ class FrontendStage:
     """The gate over the declared classes' TTFT targets; `visit` per request."""
 
     gate: FrontendGate
-    limit: ConcurrencyLimit
+    limits: ClassConcurrencyLimits
     ttft_s: Mapping[str, float]
     """Class -> its TTFT target."""
     tpot_s: Mapping[str, float]
@@ -83,8 +87,10 @@ class FrontendStage:
             return None
         classes = spec.classes.items()
         weights = None if spec.fairness_weights is None else dict(spec.fairness_weights)
-        return cls(gate=FrontendGate(), limit=ConcurrencyLimit(weights=weights),
-                   ttft_s={name: target.ttft_s for name, target in classes},
+        ttft_s = {name: target.ttft_s for name, target in classes}
+        limits = ClassConcurrencyLimits(ttft_s=ttft_s, limit=functools.partial(
+            ConcurrencyLimit, weights=weights))
+        return cls(gate=FrontendGate(), limits=limits, ttft_s=ttft_s,
                    tpot_s={name: target.tpot_s for name, target in classes},
                    tenants=dict(spec.tenants), metrics=_metrics() if metrics else None)
 
@@ -120,13 +126,15 @@ class FrontendStage:
             stats = self.gate.stats()
             self.metrics.in_stage.set(stats.in_stage)
             self.metrics.rate.set(stats.rate_per_s or 0.0)
-            self.metrics.limit.set(self.limit.limit)
-            self.metrics.in_flight.set(self.limit.in_flight)
+            for name, limit in self.limits.limits.items():
+                self.metrics.limit.labels(slo_class=name).set(limit.limit)
+            self.metrics.in_flight.set(self.limits.in_flight)
 
-    def report(self, what: str, *, late: bool, entered_s: float) -> None:
-        """A request's first token (``what="ttft"``) or stream (``"tpot"``) was late or not, or
-        the engine refused it for its class's targets (``"refused"``, late)."""
-        self.limit.report(late=late, entered_s=entered_s, now=self.clock())
+    def report(self, what: str, slo_class: str, *, late: bool, entered_s: float) -> None:
+        """A request of ``slo_class``: its first token (``what="ttft"``) or stream (``"tpot"``)
+        was late or not, or the engine refused it for its class's targets (``"refused"``,
+        late)."""
+        self.limits.report(slo_class, late=late, entered_s=entered_s, now=self.clock())
         if late and self.metrics is not None:
             self.metrics.late.labels(what=what).inc()
         self.refresh_metrics()
@@ -146,8 +154,8 @@ class Visit:
     tenant: str = ""
     served: bool = False
     left: bool = False
-    holds_place: bool = False
-    """Counted in flight by the limit (until `end`)."""
+    place: str | None = None
+    """The class whose limit admitted it, while it holds its place (until `end`)."""
 
     def leave(self) -> None:
         """The request left the stage (idempotent): a completion if it was admitted."""
@@ -158,9 +166,10 @@ class Visit:
         """The response ended (idempotent): the request leaves the stage and its place; the
         gauges are set once."""
         changed = self._left_stage()
-        if self.holds_place:
-            self.holds_place = False
-            self.stage.limit.release(self.stage.clock() - self.entered_s, self.tenant)
+        if self.place is not None:
+            self.stage.limits.release(self.place, self.stage.clock() - self.entered_s,
+                                      self.tenant)
+            self.place = None
             changed = True
         if changed:
             self.stage.refresh_metrics()
@@ -177,14 +186,16 @@ class Visit:
         stage = self.stage
         if self.slo_class is not None:
             ttft = stage.clock() - self.entered_s
-            stage.report("ttft", late=ttft > LATE_SHARE * stage.ttft_s[self.slo_class],
+            stage.report("ttft", self.slo_class,
+                         late=ttft > LATE_SHARE * stage.ttft_s[self.slo_class],
                          entered_s=self.entered_s)
 
     def stream_end(self, first_s: float, last_s: float, chunks: int) -> None:
         stage = self.stage
         if self.slo_class is not None and chunks > 1:
             tpot = (last_s - first_s) / (chunks - 1)
-            stage.report("tpot", late=tpot > LATE_SHARE * stage.tpot_s[self.slo_class],
+            stage.report("tpot", self.slo_class,
+                         late=tpot > LATE_SHARE * stage.tpot_s[self.slo_class],
                          entered_s=self.entered_s)
 
     def judged(self, judged: Judged) -> None:
@@ -195,7 +206,7 @@ class Visit:
 
     def refused(self, rejection: Rejection) -> None:
         if self.slo_class is not None and rejection.reason in SLO_REASONS:
-            self.stage.report("refused", late=True, entered_s=self.entered_s)
+            self.stage.report("refused", self.slo_class, late=True, entered_s=self.entered_s)
 
     async def admit(self, forward: Forward, route: EngineRoute, send: Send) -> Forward | None:
         """The checked request to pass on, or None when the door answered it with 503."""
@@ -218,16 +229,17 @@ class Visit:
         self.served = True
         if metrics is not None:
             metrics.admissions.inc()
-        in_flight = stage.limit.in_flight
-        decision = stage.limit.acquire(self.tenant)
+        limit = stage.limits.limits[cls]
+        in_flight = limit.in_flight
+        decision = stage.limits.acquire(cls, self.tenant)
         if not decision.admitted:
             if metrics is not None:
                 metrics.limit_rejections.labels(slo_class=cls).inc()
             await _refuse(send, route, cls, decision.reason, decision.retry_after_s or 0.0, (
-                f"{in_flight} requests in flight reach the concurrency limit learned from "
-                f"their lateness ({stage.limit.limit})"))
+                f"{in_flight} requests in flight ahead of it reach the class's concurrency "
+                f"limit learned from their lateness ({limit.limit})"))
             return None
-        self.holds_place = True
+        self.place = cls
         stage.refresh_metrics()
         return forward
 
@@ -277,8 +289,9 @@ def _metrics() -> _FrontendMetrics:
         limit_rejections=Counter("policies:frontend_limit_rejections", "Requests answered 503 "
                                  "(concurrency_limit) at the learned limit, by SLO class",
                                  ["slo_class"]),
-        limit=gauge("policies:frontend_concurrency_limit", "Requests the API server takes in "
-                    "flight at once, learned from their lateness"),
+        limit=Gauge("policies:frontend_concurrency_limit", "Requests of an SLO class and the "
+                    "tighter classes the API server takes in flight at once, learned from the "
+                    "class's lateness", ["slo_class"], multiprocess_mode="mostrecent"),
         in_flight=gauge("policies:frontend_in_flight", "Requests admitted at the door whose "
                         "response has not ended"),
         late=Counter("policies:frontend_late_reports", "Requests late for the concurrency limit: "

@@ -11,8 +11,8 @@ reaches the scheduler (`integrations.vllm_v1.serving.routes`), one request is on
    the ticket (`integrations.vllm_v1.serving.http_validation.forward_checked`);
 3. with the ``slo`` preset, the door (`integrations.vllm_v1.serving.frontend`): 503 at once
    when the wait before the engine alone breaks the request's TTFT target
-   (``frontend_busy``) or the requests in flight reach the limit learned from their
-   lateness (``concurrency_limit``);
+   (``frontend_busy``) or the requests in flight ahead of it reach the limit its class
+   learned from their lateness (``concurrency_limit``);
 4. the response passed through a `Responder`
    (`integrations.vllm_v1.serving.http_status`), which answers a rejection with its
    status, reason and ``Retry-After``, and names the class the engine judged

@@ -442,52 +442,62 @@ def test_the_frontend_gate_refuses_at_once_what_the_stage_alone_makes_late():
     assert gauge("policies:frontend_service_rate") > 0
 
 
-def door_limit(app):
-    """The door's concurrency limit, set to count every late report (its late budget has tests
-    of its own: `tests/policies/test_concurrency_limit.py`)."""
-    limit = policy_middleware(app)._setup.frontend.limit
-    limit.late_budget = 0.0
-    return limit
+def door_limits(app):
+    """The door's concurrency limits, set to count every late report (their late budget has
+    tests of its own: `tests/policies/test_concurrency_limit.py`)."""
+    limits = policy_middleware(app)._setup.frontend.limits
+    for limit in limits.limits.values():
+        limit.late_budget = 0.0
+    return limits
 
 
-def test_a_late_stream_lowers_the_concurrency_limit_and_the_door_refuses_past_it():
+def learned(limits):
+    return {name: limit.limit for name, limit in limits.limits.items()}
+
+
+def test_a_late_stream_lowers_its_class_limit_and_the_door_refuses_past_it():
     app, state = stand_in({"pipeline": "slo", "slo": {"classes": CLASSES}})
     late_before = gauge("policies:frontend_late_reports_total", what="ttft")
-    refused_before = gauge("policies:frontend_limit_rejections_total", slo_class="slow")
+    refused_before = gauge("policies:frontend_limit_rejections_total", slo_class="fast")
 
     async def scenario(client):
         state.held = asyncio.Event()
         on_time = await post(client, {"slo_class": "slow"}, stream=True)
-        limit = door_limit(app)
-        unlimited = limit.limit
-        held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
+        limits = door_limits(app)
+        unlimited = learned(limits)
+        held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "fast"}))
                 for _ in range(4)]
-        await until(lambda: limit.in_flight == 4)
+        await until(lambda: limits.in_flight == 4)
         late = await post(client, {"slo_class": "fast", "service_s": 0.01}, stream=True)
-        lowered = limit.limit
+        lowered = learned(limits)
         offered = len(state.received)
-        refused = await post(client, {"slo_class": "slow"})
+        refused = await post(client, {"slo_class": "fast"})
         forwarded = len(state.received) - offered
+        looser = await post(client, {"slo_class": "slow"})
         state.held.set()
         done = await asyncio.gather(*held)
-        after = await post(client, {"slo_class": "slow"})
-        return on_time, unlimited, late, lowered, refused, forwarded, done, after
+        after = await post(client, {"slo_class": "fast"})
+        return on_time, unlimited, late, lowered, refused, forwarded, looser, done, after
 
-    on_time, unlimited, late, lowered, refused, forwarded, done, after = run(app, scenario)
+    on_time, unlimited, late, lowered, refused, forwarded, looser, done, after = run(
+        app, scenario)
     assert on_time.status_code == late.status_code == 200
-    assert unlimited == 4096  # nothing late yet: no limit
-    assert lowered == 4  # five in flight when the fast class's first token came late: 5 x 0.9
-    assert refused.status_code == 503 and refused.headers["x-slo-class"] == "slow"
+    assert unlimited == {"fast": 4096, "slow": 4096}  # nothing late yet: no limit
+    # five fast in flight when the fast class's first token came late: 5 x 0.9
+    assert lowered == {"fast": 4, "slow": 4096}
+    assert refused.status_code == 503 and refused.headers["x-slo-class"] == "fast"
     assert int(refused.headers["retry-after"]) >= 1
     message = refused.json()["error"]["message"]
     assert Rejection.from_message(message).reason == "concurrency_limit", message
-    assert "4 requests in flight" in message
+    assert "4 requests in flight ahead of it" in message
     assert forwarded == 0  # refused at the door
+    assert looser.status_code == 200  # the slow class's limit learned nothing late
     assert [r.status_code for r in done] == [200] * 4 and after.status_code == 200
     assert gauge("policies:frontend_late_reports_total", what="ttft") - late_before == 1
     assert gauge("policies:frontend_limit_rejections_total",
-                 slo_class="slow") - refused_before == 1
-    assert gauge("policies:frontend_concurrency_limit") == 4
+                 slo_class="fast") - refused_before == 1
+    assert gauge("policies:frontend_concurrency_limit", slo_class="fast") == 4
+    assert gauge("policies:frontend_concurrency_limit", slo_class="slow") == 4096
     assert gauge("policies:frontend_in_flight") == 0
 
 
@@ -496,34 +506,35 @@ def test_a_demoted_stream_is_judged_at_the_door_by_the_class_it_was_served_in():
 
     async def scenario(client):
         await post(client, {"slo_class": "slow"})
-        limit = door_limit(app)
+        limits = door_limits(app)
         demoted = await post(client, {"slo_class": "fast", "judged": ["slow", "fast"],
                                       "service_s": 0.01}, stream=True)
-        kept = limit.limit
+        kept = learned(limits)
         late = await post(client, {"slo_class": "fast", "judged": ["fast", None],
                                    "service_s": 0.01}, stream=True)
-        return demoted, kept, late, limit.limit
+        return demoted, kept, late, learned(limits)
 
     demoted, kept, late, lowered = run(app, scenario)
     assert demoted.headers["x-slo-demoted-from"] == "fast" and late.status_code == 200
-    assert kept == 4096  # served as slow (100 s): on time, whatever fast's 1 ms asked
-    assert lowered < 4096  # served as fast: its first token came late
+    # served as slow (100 s): on time, whatever fast's 1 ms asked
+    assert kept == {"fast": 4096, "slow": 4096}
+    assert lowered["fast"] < 4096 and lowered["slow"] == 4096  # served as fast: late
 
 
 def test_with_fairness_a_quiet_team_passes_the_door_a_noisy_team_filled():
     app, state = stand_in({"pipeline": "slo", "slo": {
-        "classes": CLASSES, "tenants": {"acme": "slow", "globex": "fast"},
+        "classes": CLASSES, "tenants": {"acme": "fast", "globex": "fast"},
         "fairness": {"weights": {"acme": 1, "globex": 1}}}})
 
     async def scenario(client):
         state.held = asyncio.Event()
         await post(client, {"tenant": "globex"})
-        limit = door_limit(app)
+        limits = door_limits(app)
         held = [asyncio.create_task(post(client, {"hold": True, "tenant": "globex"}))
                 for _ in range(4)]
-        await until(lambda: limit.in_flight == 4)
+        await until(lambda: limits.in_flight == 4)
         late = await post(client, {"service_s": 0.01, "tenant": "globex"}, stream=True)
-        lowered = limit.limit
+        lowered = learned(limits)["fast"]
         noisy = await post(client, {"tenant": "globex"})
         quiet = await post(client, {"tenant": "acme"})
         state.held.set()
@@ -533,7 +544,7 @@ def test_with_fairness_a_quiet_team_passes_the_door_a_noisy_team_filled():
     late, lowered, noisy, quiet = run(app, scenario)
     assert late.status_code == 200 and lowered == 4
     assert noisy.status_code == 503 and "concurrency_limit" in noisy.text  # its 4 fill it
-    assert quiet.status_code == 200  # below its half of the places
+    assert quiet.status_code == 200  # same class, below its half of the places
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -544,15 +555,15 @@ def test_an_engine_refusal_for_the_targets_counts_as_late_at_the_door(stream):
     async def scenario(client):
         state.held = asyncio.Event()
         full = await post(client, {"slo_class": "slow", "reject": "queue_full"}, stream)
-        limit = door_limit(app)
+        limits = door_limits(app)
         held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
                 for _ in range(3)]
-        await until(lambda: limit.in_flight == 3)
-        unlimited = limit.limit
+        await until(lambda: limits.in_flight == 3)
+        unlimited = learned(limits)["slow"]
         late = await post(client, {"slo_class": "slow", "reject": "slo_ttft:slow"}, stream)
         state.held.set()
         await asyncio.gather(*held)
-        return full, unlimited, late, limit.limit
+        return full, unlimited, late, learned(limits)["slow"]
 
     full, unlimited, late, lowered = run(app, scenario)
     assert full.status_code == late.status_code == 503
