@@ -10,8 +10,9 @@ size, ``max_num_seqs``, tokens per step); only the policy flags differ:
 - ``stock+queue-caps:priority:reqs=N``: stock ``priority`` with vLLM's own frontend
   admission, ``N`` from the measured capacity times a queueing time (`QUEUE_WAIT_S`).
 
-Capacity is measured first on a stock ``fcfs`` server: the open-loop rate rises by
-`CAPACITY_STEP` until goodput stops rising; capacity is the offered rate where it peaked.
+Capacity is measured first on a stock ``fcfs`` server (`search_capacity`): the open-loop
+rate rises by `CAPACITY_STEP` until goodput stops rising, then bisections narrow it down;
+capacity is the offered rate where it peaked.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import random
 import subprocess
 import sys
@@ -64,6 +66,8 @@ CAPACITY_STEP = 1.5
 CAPACITY_MAX_STEPS = 10
 CAPACITY_DROP = 0.8
 """Stop raising the rate once goodput falls below this share of the peak."""
+CAPACITY_REFINE = 2
+"""Bisections between the peak rate and the next one probed (each narrows it by half)."""
 CONTENTION_MAX_S = 900.0
 """The busy-loop child's own time limit, should the benchmark die without stopping it."""
 
@@ -179,31 +183,59 @@ def policy_metrics(server: LocalServer) -> str:
     return "".join(line + "\n" for line in text.splitlines() if line.startswith("policies:"))
 
 
+def search_capacity(probe: Callable[[float, int], dict],
+                    progress: Callable[[str], None] = print) -> dict:
+    """The open-loop rate where goodput peaks: ``probe(rate, index)`` plays one step and
+    returns its `run_metrics`.
+
+    The rate rises by `CAPACITY_STEP` until goodput stops rising (below `CAPACITY_DROP` of the
+    peak, or two steps past it); then `CAPACITY_REFINE` bisections (geometric) between the
+    peak and the next rate probed narrow it down. Capacity is the probed rate of the highest
+    goodput."""
+    steps: list[dict] = []
+
+    def step(rate: float) -> dict:
+        metrics = {"rate_rps": rate, **probe(rate, len(steps))}
+        steps.append(metrics)
+        progress(f"capacity {rate:.1f} req/s: goodput {metrics['goodput_rps']:.2f}")
+        return metrics
+
+    rate = CAPACITY_START_RPS
+    for _ in range(CAPACITY_MAX_STEPS):
+        step(rate)
+        peak = max(steps, key=lambda s: s["goodput_rps"])
+        if steps[-1]["goodput_rps"] < CAPACITY_DROP * peak["goodput_rps"] or (
+                len(steps) >= 3 and peak is steps[-3]):
+            break
+        rate *= CAPACITY_STEP
+    for _ in range(CAPACITY_REFINE):
+        peak = max(steps, key=lambda s: s["goodput_rps"])
+        above = [s["rate_rps"] for s in steps if s["rate_rps"] > peak["rate_rps"]]
+        if not above:
+            break
+        step(math.sqrt(peak["rate_rps"] * min(above)))
+    peak = max(steps, key=lambda s: s["goodput_rps"])
+    return {"capacity_rps": peak["rate_rps"], "peak_goodput_rps": peak["goodput_rps"],
+            "steps": steps}
+
+
 def measure_capacity(settings: Settings, *, model: str, out: Path,
                      progress: Callable[[str], None]) -> dict:
-    """Raise the open-loop rate on a stock ``fcfs`` server until goodput stops rising."""
-    steps, rate = [], CAPACITY_START_RPS
+    """`search_capacity` on a stock ``fcfs`` server."""
     with start_system("fcfs", settings.scale, model=model,
                       log_path=out / "logs" / "capacity_fcfs.log") as server:
         served = _ready(server)
-        for index in range(CAPACITY_MAX_STEPS):
+
+        def probe(rate: float, index: int) -> dict:
             arrivals = poisson_arrivals(rate, settings.capacity_step_s, random.Random(index))
             requests = build_requests(arrivals, seed=index, prefix=f"cap{index}-")
             records, replies = play_run(server, served, "fcfs", requests,
                                         drain_s=settings.drain_s)
             write_requests(out / "capacity" / f"step{index}" / "requests.jsonl", records,
                            replies, requests)
-            metrics = run_metrics(records, replies, window_s=settings.capacity_step_s)
-            steps.append({"rate_rps": rate, **metrics})
-            progress(f"capacity {rate:.1f} req/s: goodput {metrics['goodput_rps']:.2f}")
-            peak = max(steps, key=lambda s: s["goodput_rps"])
-            if metrics["goodput_rps"] < CAPACITY_DROP * peak["goodput_rps"] or (
-                    len(steps) >= 3 and peak is steps[-3]):
-                break
-            rate *= CAPACITY_STEP
-    peak = max(steps, key=lambda s: s["goodput_rps"])
-    return {"capacity_rps": peak["rate_rps"], "peak_goodput_rps": peak["goodput_rps"],
-            "steps": steps, "step_s": settings.capacity_step_s}
+            return run_metrics(records, replies, window_s=settings.capacity_step_s)
+
+        return {**search_capacity(probe, progress), "step_s": settings.capacity_step_s}
 
 
 def run_order(seeds: Sequence[int], scenarios: Sequence[Scenario], systems: Sequence[str], *,

@@ -12,7 +12,7 @@ import pytest
 from benchmarks.e2e_business_cases.live_client import HttpReply
 from benchmarks.live_slo.__main__ import QUICK, build_parser, console_table, settings_from
 from benchmarks.live_slo.plots import load_series
-from benchmarks.live_slo.run import queue_cap_systems, run_order
+from benchmarks.live_slo.run import queue_cap_systems, run_order, search_capacity
 from benchmarks.live_slo.summary import SPEC, evaluate_goals, judged_class, run_metrics
 from benchmarks.live_slo.workload import (
     RAG_PROMPT_TOKENS,
@@ -236,3 +236,20 @@ def test_a_noisy_team_sends_its_share_and_the_quiet_team_is_held_to_its_fair_sha
     assert [(g["goal"], g["met"]) for g in goals] == [
         ("quiet team's admitted attainment", True),
         ("quiet team's goodput >= 0.9x its fair share", False)]  # 8.8 < 0.9 x 15
+
+
+def test_capacity_rises_until_goodput_falls_then_bisects_toward_the_peak():
+    true_capacity = 30.0
+
+    def probe(rate, _index):  # goodput follows the rate up to capacity, then collapses
+        return {"goodput_rps": rate if rate <= true_capacity else true_capacity / 2}
+
+    found = search_capacity(probe, progress=lambda _line: None)
+    rates = [step["rate_rps"] for step in found["steps"]]
+    coarse = [2.0 * 1.5 ** k for k in range(8)]  # 2 ... 34.2, where goodput fell
+    assert rates[:8] == pytest.approx(coarse)
+    assert len(rates) == 10  # two bisections between 22.8 and 34.2
+    assert rates[8] == pytest.approx((coarse[6] * coarse[7]) ** 0.5)  # 27.9: a new peak
+    assert rates[9] == pytest.approx((rates[8] * coarse[7]) ** 0.5)  # 30.9: over, fell
+    assert found["capacity_rps"] == pytest.approx(rates[8])
+    assert found["peak_goodput_rps"] == pytest.approx(rates[8])
