@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="queue caps swept: capacity x these seconds, comma-separated "
                              f"(default {','.join(map(str, QUEUE_WAIT_S))}; --quick: 1.0; "
                              "empty: none)")
+    parser.add_argument("--scenarios", default=None,
+                        help="comma-separated scenarios to run (default all: "
+                             f"{','.join(s.name for s in QUICK.scenarios)}; the burst of "
+                             "2,000 is burst-2000 without --quick)")
     parser.add_argument("--capacity-rps", type=float, default=None,
                         help="skip the capacity measurement and use this rate")
     parser.add_argument("--server-per-system", action="store_true",
@@ -84,6 +88,14 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["base_systems"] = tuple(args.systems.split(","))
     if args.queue_waits is not None:
         changes["queue_waits_s"] = tuple(float(w) for w in args.queue_waits.split(",") if w)
+    if args.scenarios:
+        by_name = {scenario.name: scenario for scenario in settings.scenarios}
+        names = args.scenarios.split(",")
+        unknown = sorted(set(names) - set(by_name))
+        if unknown:
+            raise SystemExit(f"--scenarios: unknown {', '.join(unknown)} (known: "
+                             f"{', '.join(by_name)})")
+        changes["scenarios"] = tuple(by_name[name] for name in names)
     if args.capacity_rps:
         changes["capacity_rps"] = args.capacity_rps
     if args.server_per_system:

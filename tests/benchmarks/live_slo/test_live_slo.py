@@ -181,6 +181,10 @@ def test_the_command_line_builds_the_settings_and_the_table_reads_a_summary():
          "4"]))
     assert settings.seeds == (1, 2) and settings.queue_waits_s == ()
     assert settings.capacity_rps == 4 and settings.scenarios == QUICK.scenarios
+    chosen = settings_from(build_parser().parse_args(["--out", "x", "--scenarios", "4x,2x"]))
+    assert [scenario.name for scenario in chosen.scenarios] == ["4x", "2x"]
+    with pytest.raises(SystemExit, match="unknown 3x"):
+        settings_from(build_parser().parse_args(["--out", "x", "--scenarios", "3x"]))
     summary = {"capacity": {"capacity_rps": 4.0},
                "config": {"scenarios": {"1x": {"load": 1.0, "contention": False},
                                         "b": {"load": None, "contention": False}}},
