@@ -84,9 +84,9 @@ class PolicyMiddleware:
         """
         if self._setup is None:
             entry = app_entry(scope)
-            binding = TenantBinding.from_entry(entry)
-            drain = Drain.from_entry(entry)
             slo = served_slo(entry)
+            binding = TenantBinding.from_entry(entry, slo=slo)
+            drain = Drain.from_entry(entry)
             address = channel_address(entry)
             book = RejectionBook(address) if address else None
             if book is not None and not book.start():

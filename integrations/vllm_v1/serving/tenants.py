@@ -58,7 +58,8 @@ from typing import Any
 import attrs
 
 from integrations.vllm_v1.config.declarative import PipelineConfigError
-from integrations.vllm_v1.config.spec import CONFIG_KEY, served_slo
+from integrations.vllm_v1.config.slo import SLOSpec
+from integrations.vllm_v1.config.spec import CONFIG_KEY
 from policies import InvalidRequestMetadata, parse_request_metadata
 from policies.views import DEFAULT_TENANT
 
@@ -172,9 +173,11 @@ class TenantBinding:
     None (any) where an SLO declaration decides (`authorize`'s ``slo_allowed``)."""
 
     @classmethod
-    def from_entry(cls, entry: Mapping[str, Any],
-                   environ: Mapping[str, str] | None = None) -> TenantBinding | None:
-        """The binding our config entry describes; None when it configures none.
+    def from_entry(cls, entry: Mapping[str, Any], environ: Mapping[str, str] | None = None,
+                   *, slo: SLOSpec | None = None) -> TenantBinding | None:
+        """The binding our config entry describes; None when it configures none. ``slo``: the
+        served pipeline's declaration (`config.spec.served_slo`), which lets the anonymous
+        tenant name classes; None: it may name none.
 
         Raises:
             PipelineConfigError: naming the key that is wrong (a missing key source too).
@@ -199,8 +202,7 @@ class TenantBinding:
         gateway = entry.get("gateway")
         return cls(grants=grants, anonymous_tenant=anonymous, require_credential=require,
                    gateway=None if gateway is None else _gateway(gateway, environ),
-                   anonymous_slo_classes=None if served_slo(entry) is not None
-                   else frozenset())
+                   anonymous_slo_classes=None if slo is not None else frozenset())
 
     @property
     def keyed(self) -> bool:

@@ -114,7 +114,8 @@ def test_every_route_that_carries_a_class_checks_it_against_the_slo_preset(vllm_
                      "tenants": {"bronze": "batch"}, "protected": ["chat"]},
              "tenants": {"bronze": {"api_key_sha256": hashlib.sha256(
                  BRONZE_KEY.encode()).hexdigest()}}}
-    binding, slo = TenantBinding.from_entry(entry), served_slo(entry)
+    slo = served_slo(entry)
+    binding = TenantBinding.from_entry(entry, slo=slo)
     table = RouteTable.from_app(vllm_app)
     carrying = []
     for path in post_paths(vllm_app):

@@ -34,9 +34,10 @@ def bearer(key):
 def checked(slo_class, key=None, *, entry=ENTRY, tenants=TENANTS, **xargs):
     """(status, message) of one completion naming ``slo_class`` with ``key`` (or none)."""
     entry = {**entry, "tenants": tenants} if tenants is not None else entry
-    binding = TenantBinding.from_entry(entry)
+    slo = served_slo(entry)
+    binding = TenantBinding.from_entry(entry, slo=slo)
     result = check_request({"prompt": "Hi", "vllm_xargs": {"slo_class": slo_class, **xargs}},
-                           bearer(key), COMPLETIONS, binding=binding, slo=served_slo(entry))
+                           bearer(key), COMPLETIONS, binding=binding, slo=slo)
     return result.status, result.message
 
 
