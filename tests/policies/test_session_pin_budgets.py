@@ -1,10 +1,9 @@
 """Session pins shared among tenants: each tenant pins at most its share of the pinned budget
-(work-conserving), pins are charged to the tenant that made them, and judged pins are judged on
-each tenant's own keys; a tenant with many fake session ids cannot take another's cache."""
+(work-conserving), pins are charged to the tenant that made them, and judged pins are judged per
+tenant, on the hits its pins bought against the hits the space they held cost; a tenant with
+many fake session ids cannot take another's cache."""
 
 import random
-
-import pytest
 
 from benchmarks.cache_replay.simulate import replay_order
 from benchmarks.replay.agent_sessions import agent_trace
@@ -96,12 +95,11 @@ def test_fake_session_ids_cannot_take_another_tenants_cache():
     assert order.pins_by_tenant().get("attacker", 0) <= 256 // 4  # at most half the budget
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: with two tenants' pins judged apart, the "
-                   "attacker's shadow pins turn b's pins off most of the time and a's pins "
-                   "take b's share: b 39.66 % alone, 32.53 % attacked (36.81 % with no pins)")
 def test_fake_session_ids_cannot_take_the_cache_of_either_of_two_tenants():
     """As above with two agent tenants beside the attacker: each keeps its hit rate within
-    2 points."""
+    2 points (when each tenant was judged on the shadows' hits on its own keys, the space the
+    attacker's pins held in the pinned shadow cost b its pins: 39.66 % alone, 32.53 %
+    attacked)."""
     hit_rates = {}
     for with_attacker in (False, True):
         chains, turns = agent_turns(with_attacker, victims=("a", "b"))

@@ -98,6 +98,8 @@ class _PinnedLRUShadow(_LRUShadow):
     """Pinned key -> ``(until, sequence)`` of its latest pin."""
     _parked: set = attrs.field(factory=set)
     """Pinned keys that reached the front of the queue (held, not queued)."""
+    parked_by: dict = attrs.field(factory=dict)
+    """Tenant -> how many of the parked keys its pins hold (tenants holding none left out)."""
     _expiry: list = attrs.field(factory=list)
     """``(until, sequence, key)`` of each pin, lazily dropped once stale."""
     _farthest: list = attrs.field(factory=list)
@@ -122,11 +124,26 @@ class _PinnedLRUShadow(_LRUShadow):
     def _unhold(self, key: Hashable) -> None:
         """``key``'s pin ends; a parked key goes back to the front of the queue."""
         del self._pinned[key]
-        self.book.drop(key)
         if key in self._parked:
-            self._parked.remove(key)
+            self._unpark(key)
             self._queue[key] = None
             self._queue.move_to_end(key, last=False)
+        self.book.drop(key)
+
+    def _park(self, key: Hashable) -> None:
+        """Hold pinned ``key`` beside the queue, charged to its pin's tenant."""
+        self._parked.add(key)
+        tenant = self.book.owner(key)
+        self.parked_by[tenant] = self.parked_by.get(tenant, 0) + 1
+
+    def _unpark(self, key: Hashable) -> None:
+        """``key`` (still charged to its pin's tenant) is no longer parked."""
+        self._parked.remove(key)
+        tenant = self.book.owner(key)
+        if self.parked_by[tenant] == 1:
+            del self.parked_by[tenant]
+        else:
+            self.parked_by[tenant] -= 1
 
     def release(self, key: Hashable, parent: Hashable | None, capacity: float) -> None:
         """As `_LRUShadow.release`; a parked key is accessed first (losing its pin)."""
@@ -143,15 +160,15 @@ class _PinnedLRUShadow(_LRUShadow):
             if queue:
                 key = queue.popitem(last=False)[0]
                 if key in pinned:
-                    parked.add(key)
+                    self._park(key)
                 else:
                     held.remove(key)
             elif parked:
                 until, seq, key = heapq.heappop(farthest)
                 if pinned.get(key) == (-until, -seq) and key in parked:
                     del pinned[key]
+                    self._unpark(key)
                     self.book.drop(key)
-                    parked.remove(key)
                     held.remove(key)
             else:
                 break
@@ -199,7 +216,9 @@ class _PinnedLRUShadow(_LRUShadow):
             if keep(key):
                 shadow._hold(key, until, seq)
                 shadow.book.add(key, self.book.owner(key))
-        shadow._parked = {key for key in self._parked if keep(key)}
+        for key in self._parked:
+            if keep(key):
+                shadow._park(key)
         shadow._seq = self._seq
         return shadow
 
@@ -209,5 +228,9 @@ class _PinnedLRUShadow(_LRUShadow):
         super().check_invariants()
         assert all(key in self._held for key in self._pinned)
         assert all(key in self._pinned and key not in self._queue for key in self._parked)
+        parked_by: dict = {}
+        for key in self._parked:
+            parked_by[self.book.owner(key)] = parked_by.get(self.book.owner(key), 0) + 1
+        assert parked_by == self.parked_by, (parked_by, self.parked_by)
         self.book.check_invariants(self._pinned)
 

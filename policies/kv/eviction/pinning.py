@@ -17,9 +17,12 @@ session within its tenant, each pin is charged to the tenant whose turn made it,
 tenant may hold at most its share of the pinned budget (``SessionPins.tenant_weights``, equal
 by default, among the tenants holding or asking for pins: one tenant alone may use all of
 it); a tenant under its share whose turn finds the budget full ends the oldest pin of the
-tenant most over its share. Once two tenants were seen, judged pins are judged per tenant,
-on the shadows' hits on that tenant's keys, so pins that never pay (sessions that never
-come back) stay off for their tenant alone.
+tenant most over its share. Once two tenants were seen, judged pins are judged per tenant:
+a tenant's pins are credited with the hits they bought (the pinned shadow's hits on its keys
+that the LRU shadow missed) and charged with the hits the space they held cost (the LRU
+shadow's hits that the pinned shadow missed, shared among the tenants by the blocks their
+pins hold parked), so pins that never pay (sessions that never come back) stay off for their
+tenant alone and do not turn off another tenant's.
 The SLRU and LRU shadows do not pin, and no shadow hears the waiting queue
 (`SegmentedLRU.keep_waiting`: blocks a waiting request will hit are kept after pins).
 Pins are judged (`SessionPins.judged`) by a third shadow, the LRU shadow's twin that pins
@@ -83,7 +86,8 @@ class DuelingSLRU(SetDueling):
     _tenant_of_key: OrderedDict = attrs.field(init=False, repr=False, factory=OrderedDict)
     """Sampled key -> the tenant whose prompt used it last (bounded), once there are two."""
     _tenant_scores: dict = attrs.field(init=False, repr=False, factory=dict)
-    """Tenant -> ``[LRU shadow, pinned shadow]`` hits on its keys, decayed by ``_norm``."""
+    """Tenant -> ``[hits its pins cost, hits its pins bought]`` (`_judge_tenant`), decayed
+    by ``_norm``."""
     _norm: float = attrs.field(init=False, repr=False, default=1.0)
     """The decay since the scores' base: a score is its stored value times ``_norm``."""
     _pins_on_for: set = attrs.field(init=False, repr=False, factory=set)
@@ -318,28 +322,48 @@ class DuelingSLRU(SetDueling):
             self._pins_on = True
 
     def _judge_tenant(self, key: Hashable, decay: float, lru_hit: int, pinned_hit: int) -> None:
-        """Per-tenant judge: the shadows' decayed hits on the keys of ``key``'s tenant; its
-        pins are made once the pinned shadow leads by more than ``switch_margin_hits``, until
-        the LRU shadow leads by as much (the fleet-wide rule on that tenant's keys)."""
+        """Per-tenant judge: a tenant's pins are credited with the hits they bought (a hit of
+        the pinned shadow on the tenant's keys that the LRU shadow missed) and charged with the
+        hits the space they held cost (a hit of the LRU shadow that the pinned shadow missed,
+        shared among the tenants by the blocks their pins hold parked now; the key's tenant's
+        when none is parked). Its pins are made once its credit leads by more than
+        ``switch_margin_hits`` (decayed), until its charges lead by as much."""
         self._norm *= decay
-        tenant = self._tenant_of_key.get(key)
-        if tenant is not None:
-            scores = self._tenant_scores.setdefault(tenant, [0.0, 0.0])
-            scores[0] += lru_hit / self._norm
-            scores[1] += pinned_hit / self._norm
-            lru, pinned = scores[0] * self._norm, scores[1] * self._norm
-            margin = self.switch_margin_hits
-            if tenant in self._pins_on_for:
-                if lru > pinned + margin:
-                    self._pins_on_for.discard(tenant)
-                    self._counts["pin_pauses"] += 1
-            elif pinned > lru + margin:
-                self._pins_on_for.add(tenant)
+        if pinned_hit != lru_hit:
+            if pinned_hit:
+                tenant = self._tenant_of_key.get(key)
+                if tenant is not None:
+                    self._score(tenant, 1, 1.0)
+            else:
+                parked = self._pinned_lru.parked_by
+                if parked:
+                    total = sum(parked.values())
+                    for tenant, blocks in parked.items():
+                        if tenant is not None:
+                            self._score(tenant, 0, blocks / total)
+                else:
+                    tenant = self._tenant_of_key.get(key)
+                    if tenant is not None:
+                        self._score(tenant, 0, 1.0)
         if self._norm < 1e-100:  # rebase before the stored values overflow
             for scores in self._tenant_scores.values():
                 scores[0] *= self._norm
                 scores[1] *= self._norm
             self._norm = 1.0
+
+    def _score(self, tenant: str, side: int, amount: float) -> None:
+        """Add ``amount`` to ``tenant``'s charges (``side`` 0) or credit (1), and turn its
+        pins on or off as they lead."""
+        scores = self._tenant_scores.setdefault(tenant, [0.0, 0.0])
+        scores[side] += amount / self._norm
+        charged, credit = scores[0] * self._norm, scores[1] * self._norm
+        margin = self.switch_margin_hits
+        if tenant in self._pins_on_for:
+            if charged > credit + margin:
+                self._pins_on_for.discard(tenant)
+                self._counts["pin_pauses"] += 1
+        elif credit > charged + margin:
+            self._pins_on_for.add(tenant)
 
 
     def duel_stats(self) -> dict[str, float]:
