@@ -208,6 +208,52 @@ serving.admission.check_invariants()
 serving.step_model.check_invariants()
 
 # %% [markdown]
+# ## The door in front of the engine
+#
+# Served over HTTP, a request the engine refuses has already cost the API server its parsing
+# and tokenizing, and under a real overload that work is what makes the admitted requests
+# late. So the API server also keeps a door, `ClassConcurrencyLimits`: one limit per TTFT
+# target on the requests in flight, learned from their lateness the way TCP learns its
+# window, and nested as the engine serves (earliest first-token deadline first): a class's
+# limit counts its own requests and the tighter classes'. Below, a toy server on which `chat`
+# first tokens run late once 12 `chat` requests are in flight, and `rag` is never late; one
+# request of each class arrives every 10 ms and holds its place 0.4 s:
+
+# %%
+from policies import ClassConcurrencyLimits
+
+door = ClassConcurrencyLimits(ttft_s={name: t.ttft_s for name, t in spec.classes.items()})
+HOLD_S, CHAT_ROOM = 0.4, 12
+in_flight, door_refused = [], Counter()
+for tick in range(1000):
+    now = tick * 0.01
+    for entered, name in [r for r in in_flight if now - r[0] >= HOLD_S]:
+        in_flight.remove((entered, name))
+        door.release(name, now - entered)
+        chats = sum(n == "chat" for _, n in in_flight)
+        door.report(name, late=name == "chat" and chats >= CHAT_ROOM, entered_s=entered,
+                    now=now)
+    for name in ("chat", "rag"):
+        if door.acquire(name).admitted:
+            in_flight.append((now, name))
+        else:
+            door_refused[name] += 1
+print("learned limits:", {name: stats.limit for name, stats in door.stats().items()})
+print("refused at the door:", dict(door_refused))
+
+# %% [markdown]
+# `chat`'s limit settled at the room the toy server has for it; `rag`'s never fell (4,096:
+# no limit), so `rag` requests kept the places `chat` left. On a real server the reports come
+# from the streams themselves (a first token later than 80 % of its class's target is late),
+# and `policies:frontend_concurrency_limit{slo_class}` shows each class's limit.
+
+# %% tags=["remove-cell"]
+chat_limit = door.stats()["chat"].limit
+assert CHAT_ROOM - 3 <= chat_limit <= CHAT_ROOM + 1, chat_limit
+assert door.stats()["rag"].limit == 4096 and door_refused["rag"] == 0
+door.check_invariants()
+
+# %% [markdown]
 # ## Using it in vLLM
 #
 # The same declaration goes to vLLM's own server (`vllm serve MODEL` on a GPU, with
