@@ -43,6 +43,7 @@ from benchmarks.replay.datasets import assign_servegen_tenants
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.trace import Trace
 from benchmarks.replay.workloads import AGENT_WORKLOADS, TENANT_WEIGHTS, load_workload
+from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.instruments.harness import EngineShape
 from policies.cluster_routing import OURS, ROUTERS, make_router
 from policies.pd.router import chain_keys
@@ -52,6 +53,10 @@ DEFAULT_ROUTERS = ("slo", "pow2", "round-robin", "kv_overlap", "session-sticky",
 BEST_STOCK = "stock+queue-caps:fcfs:tokens=32768:chunk=512:adaptive"
 """The best stock setting of the single-engine sweep on ``agent-swe`` x4 (the default
 ``--peer-engine``)."""
+FAIRNESS = {"fairness": {"weights": TENANT_WEIGHTS}}
+"""With ``--tenants``: the ``llm_serving_policies.slo`` declaration of the tenants' weights
+(the built-in workloads': Gold 4, Silver 2, Bronze 1), read by our router (`SLOSpec`'s
+``fairness_weights``) and by the ``slo`` preset of every replica behind it."""
 SATURATION_S = 1.0
 """`StickyUntilSaturated`'s token-load limit: this many seconds of a replica's prefill
 throughput (full chunks of ``max_num_batched_tokens``, from the cost model)."""
@@ -157,6 +162,8 @@ def slim(summary: dict, run_router: ClusterRouter) -> dict:
                    "by_cause": dict(stats.by_cause), "retries": stats.retries,
                    "retries_placed": stats.retries_placed,
                    "rejected_with_room": stats.rejected_with_room,
+                   "over_share_routed": stats.over_share_routed,
+                   "over_share_rejected": stats.over_share_rejected,
                    "by_replica": dict(stats.by_replica)},
     }
 
@@ -212,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated ROUTER[@ENGINE] (see the module doc)")
     parser.add_argument("--peer-engine", default=BEST_STOCK,
                         help="the replicas' engine behind every peer router")
+    parser.add_argument("--fairness", choices=["both", "router", "replicas", "off"],
+                        default="both",
+                        help="with --tenants, where the FAIRNESS declaration applies: our "
+                             "router (charges across the cluster), each replica's slo preset "
+                             "(its own charges), both, or neither")
     parser.add_argument("--goodput-goal", type=float, default=1.2,
                         help="goodput of slo over the best peer to count as met")
     add_run_arguments(parser)
@@ -233,11 +245,15 @@ def main(argv: list[str] | None = None) -> dict:
     names = [f"r{i}" for i in range(args.replicas)]
     block = trace.block_size or shape.block_size
     saturation = saturation_tokens(cost_model, shape)
+    fair = args.tenants != "none" and args.fairness != "off"
+    spec = SLOSpec.parse(FAIRNESS) if fair and args.fairness != "replicas" else SLOSpec()
+    replica_slo = FAIRNESS if fair and args.fairness != "router" else None
     summary = {"trace": trace.name, "config": {
         "requests": len(trace.requests), "skip_requests": args.skip_requests,
         "tenants": args.tenants, "seed": args.seed, "gpu": args.gpu,
         "replicas": args.replicas, "engine": attrs.asdict(shape),
-        "peer_engine": args.peer_engine, "saturation_tokens": saturation},
+        "peer_engine": args.peer_engine, "saturation_tokens": saturation,
+        "fairness": args.fairness if fair else "off"},
         "capacity": capacity, "loads": {}}
     for load in args.load:
         scaled, rate_scale = offered(args, trace, load * capacity["capacity_rps"])
@@ -246,11 +262,14 @@ def main(argv: list[str] | None = None) -> dict:
             system = f"{router_name}@{engine}"
             router = make_router(router_name, names, block_size_tokens=block,
                                  index_capacity_blocks=shape.num_blocks * shape.block_size
-                                 // block, saturation_tokens=saturation, seed=args.seed)
+                                 // block, saturation_tokens=saturation, seed=args.seed,
+                                 fairness_weights=spec.fairness_weights,
+                                 fairness_half_life_s=spec.fairness_half_life_s)
             with tqdm(total=len(scaled.requests), desc=f"x{load:g} {router_name}",
                       unit="req") as bar:
                 run = run_cluster(scaled, router, system, replicas=names, engine=engine,
-                                  shape=shape, cost_model=cost_model, progress=bar.update)
+                                  shape=shape, cost_model=cost_model, progress=bar.update,
+                                  slo=replica_slo if router_name in OURS else None)
             router.check_invariants()
             results[system] = slim(summarize(run, weights=TENANT_WEIGHTS), router)
         summary["loads"][f"{load:g}"] = {

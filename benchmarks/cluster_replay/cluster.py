@@ -32,7 +32,9 @@ from benchmarks.replay.metrics import DEFAULT_SLOS, SLO, request_class
 from benchmarks.replay.records import RequestRecord, SystemRun
 from benchmarks.replay.systems import build_system
 from benchmarks.replay.trace import Trace, TraceRequest
-from integrations.vllm_v1.instruments.harness import EngineShape
+from benchmarks.replay.workloads import TENANT_WEIGHTS
+from integrations.vllm_v1.config.spec import resolve_pipeline
+from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
 from policies import OnlineStepTimeModel, SLOAdmission, TTFTDeadlineRanker
 from policies.cluster_routing import ClusterDecision, ClusterRequest, ReplicaReport
 from policies.pd.router import chain_keys
@@ -47,6 +49,8 @@ class ClusterRouter(Protocol):
     def retry(self, request: ClusterRequest, reports: Mapping[str, ReplicaReport], now: float,
               *, rejected_by: str) -> ClusterDecision: ...
 
+    def on_finished(self, request_id: str, output_tokens: int | None, now: float) -> None: ...
+
 
 @attrs.define(eq=False)
 class _Replica:
@@ -56,6 +60,8 @@ class _Replica:
     fresh: dict[str, None] = attrs.field(factory=dict)
     """Requests admitted here and neither scheduled nor finished yet (a rejection shows here),
     in admission order (retries are routed in it, whatever the hash seed)."""
+    live: dict[str, None] = attrs.field(factory=dict)
+    """Requests admitted here and not finished (the router hears of each finish)."""
 
     @property
     def clock(self) -> float:
@@ -98,6 +104,17 @@ class _Replica:
             tpot_headroom=view.tpot_headroom if view is not None else None)
 
 
+def replica_harness(engine: str, shape: EngineShape,
+                    slo: Mapping[str, object] | None = None) -> SchedulerHarness:
+    """A replica running ``engine`` (`build_system`); ``pipeline:slo`` with ``slo`` runs the
+    ``slo`` preset built from that declaration (an ``llm_serving_policies.slo`` entry, e.g.
+    its ``fairness``), as ``vllm serve`` would."""
+    if slo is None or engine != "pipeline:slo":
+        return build_system(engine, shape)
+    return SchedulerHarness.build(resolve_pipeline("slo", tenant_weights=TENANT_WEIGHTS,
+                                                   slo=slo), shape=shape)
+
+
 def cluster_request(request: TraceRequest, slos: Mapping[str, SLO] = DEFAULT_SLOS
                     ) -> ClusterRequest:
     """The router's view of a trace request, with the targets the replay judges it by."""
@@ -107,6 +124,7 @@ def cluster_request(request: TraceRequest, slos: Mapping[str, SLO] = DEFAULT_SLO
                           prompt_tokens=request.prompt_tokens,
                           block_keys=chain_keys(request.block_hashes),
                           session_id=request.session_id, tenant=record.tenant,
+                          slo_class=request_class(record) if slo else None,
                           ttft_s=slo.ttft_s if slo else None, tpot_s=slo.tpot_s if slo else None)
 
 
@@ -134,6 +152,7 @@ class _Cluster:
         request = self.trace.requests[index]
         replica.replay.admit(index, request)
         replica.fresh[request.request_id] = None
+        replica.live[request.request_id] = None
         self.owner[request.request_id] = replica.name
 
     def reject_at_router(self, request: TraceRequest, decision: ClusterDecision,
@@ -158,11 +177,23 @@ class _Cluster:
         if replica.fast is not None and run.stable is not None and not run.touched:
             until = min(next_arrival_s, run.next_cancel_s())
             if run.fast_forward(replica.fast, until):
+                self.release(replica)
                 return
         run.step()
         if run.idle_run >= self.max_idle_steps:
             raise run.stalled(replica.name)
         self.settle(replica)
+        self.release(replica)
+
+    def release(self, replica: _Replica) -> None:
+        """Tell the router of every request ``replica`` finished (any outcome), with the
+        tokens it generated, at the replica's clock."""
+        if len(replica.live) == len(replica.replay.harness.scheduler.requests):
+            return  # nothing left the scheduler since the last look
+        records = replica.replay.records
+        for req_id in [r for r in replica.live if records[r].outcome is not None]:
+            del replica.live[req_id]
+            self.router.on_finished(req_id, len(records[req_id].token_times_s), replica.clock)
 
     def settle(self, replica: _Replica) -> None:
         """Retry what ``replica`` rejected since its last step; forget what it started."""
@@ -180,6 +211,7 @@ class _Cluster:
                                          self.reports(), now, rejected_by=replica.name)
             if decision.replica is not None:
                 del records[req_id]
+                del replica.live[req_id]
                 self.retries_placed += 1
                 self.admit(self.replicas[decision.replica], index, now)
 
@@ -188,9 +220,12 @@ def run_cluster(trace: Trace, router: ClusterRouter, system: str, *, replicas: S
                 engine: str, shape: EngineShape, cost_model: StepCostModel,
                 slos: Mapping[str, SLO] = DEFAULT_SLOS,
                 progress: Callable[[int], None] | None = None,
-                max_idle_steps: int = DEFAULT_MAX_IDLE_STEPS) -> SystemRun:
+                max_idle_steps: int = DEFAULT_MAX_IDLE_STEPS,
+                slo: Mapping[str, object] | None = None) -> SystemRun:
     """Replay ``trace`` through ``router`` and one ``engine`` per name in ``replicas``
-    (``fcfs``, ``pipeline:slo``, a ``stock+queue-caps:...`` setting: `build_system`).
+    (``fcfs``, ``pipeline:slo``, a ``stock+queue-caps:...`` setting: `build_system`;
+    ``pipeline:slo`` built from the ``slo`` declaration where one is given:
+    `replica_harness`).
 
     Every request ends completed, rejected (at the router or a replica) or cancelled; the
     records are merged into one `SystemRun` (``samples`` empty).
@@ -202,7 +237,7 @@ def run_cluster(trace: Trace, router: ClusterRouter, system: str, *, replicas: S
     started = time.perf_counter()
     members = {}
     for name in replicas:
-        harness = build_system(engine, shape)
+        harness = replica_harness(engine, shape, slo)
         fast = FastForward(harness, cost_model)
         members[name] = _Replica(name, ReplayRun(harness, trace, cost_model), fast if (
             fast.supported) else None)

@@ -70,6 +70,16 @@ class ClusterRouter:
         return self._passed_on(request, reports, now, rejected_by, ClusterDecision(
             request_id=request.request_id, replica=None, cause=RouteCause.NO_RETRY))
 
+    def on_finished(self, request_id: str, output_tokens: int | None, now: float) -> None:
+        """``request_id`` ended at ``now`` (any outcome) after generating ``output_tokens``
+        (None: not known). Nothing to release here; a router that charges tenants settles
+        the charge."""
+
+    def fair_rate_share(self, request: ClusterRequest, now: float) -> float:
+        """The share of a replica's prefill rate ``request`` is planned on: 1 (this router
+        weighs no tenants)."""
+        return 1.0
+
     def room_test(self) -> DeadlineTest:
         """The test `replica_with_room` applies (`DeadlineTest`'s defaults)."""
         return _ROOM_TEST
@@ -77,11 +87,12 @@ class ClusterRouter:
     def replica_with_room(self, request: ClusterRequest, reports: Mapping[str, ReplicaReport],
                           now: float, *, excluding: frozenset[str] = frozenset()) -> str | None:
         """The first of `replicas` outside ``excluding`` that accepts and is predicted
-        (`room_test`, nothing of the prompt cached) to meet ``request``'s targets; None if
-        none is. Changes nothing."""
+        (`room_test`, nothing of the prompt cached, on the request's `fair_rate_share`) to
+        meet ``request``'s targets; None if none is. Changes nothing."""
         test = self.room_test()
+        share = self.fair_rate_share(request, now)
         return next((name for name in self.replicas if name not in excluding
-                     and test.has_room(request, reports[name], now)), None)
+                     and test.has_room(request, reports[name], now, rate_share=share)), None)
 
     def _passed_on(self, request: ClusterRequest, reports: Mapping[str, ReplicaReport],
                    now: float, rejected_by: str, decision: ClusterDecision) -> ClusterDecision:

@@ -27,10 +27,11 @@ class DeadlineTest:
     fallback_model: StepTimeModel = CONSERVATIVE_PRIOR
 
     def predict_ttft_s(self, request: ClusterRequest, report: ReplicaReport,
-                       cached_tokens: int, now: float) -> float:
+                       cached_tokens: int, now: float, *, rate_share: float = 1.0) -> float:
         """Seconds from ``request``'s arrival to its first token if sent to ``report`` now:
         the queued prefill ahead of it (all of it, or on an earliest-deadline-first replica
-        what is due no later) and its own, at the replica's prefill rate, plus one step."""
+        what is due no later) and its own, at ``rate_share`` of the replica's prefill rate
+        (a tenant over its fair share is planned on part of it), plus one step."""
         model = report.step_model or self.fallback_model
         uncached = request.prompt_tokens - cached_tokens
         ahead = report.queued_prefill_tokens
@@ -42,7 +43,7 @@ class DeadlineTest:
                                           report.decode_context_tokens)
         step = model.step_s(report.running_requests, min(report.token_budget, uncached),
                             report.decode_context_tokens, cached_tokens)
-        return max(0.0, now - request.arrival_s) + work / rate + step
+        return max(0.0, now - request.arrival_s) + work / (rate * rate_share) + step
 
     def predict_tpot_s(self, request: ClusterRequest, report: ReplicaReport) -> float:
         """Seconds per output token once ``request`` decodes there: the recent step plus the
@@ -70,13 +71,14 @@ class DeadlineTest:
             or self.predict_tpot_s(request, report) <= (report.tpot_headroom or 1.0)
             * request.tpot_s)
 
-    def has_room(self, request: ClusterRequest, report: ReplicaReport, now: float) -> bool:
+    def has_room(self, request: ClusterRequest, report: ReplicaReport, now: float, *,
+                 rate_share: float = 1.0) -> bool:
         """Whether ``report``'s replica accepts and is predicted to meet ``request``'s targets
-        with none of its prompt cached (a request without a TTFT target fits any accepting
-        replica)."""
+        with none of its prompt cached, on ``rate_share`` of its prefill rate (a request
+        without a TTFT target fits any accepting replica)."""
         if not report.accepting:
             return False
         if request.ttft_s is None:
             return True
-        return self.meets(request, report, self.predict_ttft_s(request, report, 0, now),
-                          request.ttft_s)
+        return self.meets(request, report, self.predict_ttft_s(
+            request, report, 0, now, rate_share=rate_share), request.ttft_s)

@@ -93,6 +93,9 @@ class ClusterRequest:
     """Chained keys of the prompt's full blocks (`chain_keys`)."""
     session_id: str | None = None
     tenant: str = DEFAULT_TENANT
+    slo_class: str | None = None
+    """The class the request is judged in: its tenants share it by weight under
+    `SLORouter.fairness` (None: one pool of every request without a class)."""
     ttft_s: float | None = None
     """First-token target of the request's class (None: no target, always feasible)."""
     tpot_s: float | None = None
@@ -139,3 +142,8 @@ class ClusterRouterStats:
     rejected_with_room: int = 0
     sessions: int
     by_replica: Mapping[str, int]
+    over_share_routed: int = 0
+    """`SLORouter` with ``fairness``: requests routed while their tenant was over its weighted
+    share of their class (planned on part of the prefill rate)."""
+    over_share_rejected: int = 0
+    """Those rejected at the router (no replica met the deadline on that part of the rate)."""

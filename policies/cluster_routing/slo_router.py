@@ -11,11 +11,17 @@ from policies.cluster_routing.prediction import DeadlineTest
 from policies.cluster_routing.reports import (
     ClusterDecision,
     ClusterRequest,
+    ClusterRouterStats,
     ReplicaReport,
     RouteCause,
 )
+from policies.output_lengths import OutputLengths
+from policies.slo.fairness import ClassFairShare
 from policies.step_model import CONSERVATIVE_PRIOR, StepTimeModel
 from policies.validators import finite_positive, fraction
+
+UNCLASSED = ""
+"""The `ClassFairShare` class of requests whose ``slo_class`` is None."""
 
 
 @attrs.define(eq=False, kw_only=True)
@@ -39,6 +45,15 @@ class SLORouter(ClusterRouter):
         * A replica that reports its own admission's headrooms (``ttft_headroom``,
           ``tpot_headroom``) is judged with them instead of ``headroom`` and 1, so that what
           the router sends there passes the replica's own test as far as the prediction goes.
+        * With ``fairness``, tenants share each class across the cluster by weight: every
+          request routed is charged to its tenant (`ClassFairShare.on_admitted`) its uncached
+          prefill (on the chosen replica) plus its expected decode (the recent finished
+          requests' mean), replaced by what it generated in `on_finished`. A request of a
+          tenant over its weighted share among the class's active tenants is predicted on
+          `ClassFairShare.share` of each replica's prefill rate, so when the replicas fill
+          up it is refused (or demoted) first and the room left goes to the tenants under
+          their shares. Work-conserving: a tenant alone in its class, or under its share, is
+          planned on the whole rate.
 
     The prediction is `DeadlineTest`'s (with ``headroom`` and ``fallback_model``).
     """
@@ -53,6 +68,14 @@ class SLORouter(ClusterRouter):
     """A session whose replica accepts stays there: when that replica cannot meet the
     deadline the call is rejected (or demoted) instead of moved to a replica without the
     session's context. Default: moved to the earliest feasible replica."""
+    fairness: ClassFairShare | None = None
+    """The tenants' weights and charges across the cluster (the ``slo`` declaration's
+    ``fairness``, `SLOSpec.fairness_weights`); None: no tenant is weighed."""
+    _outputs: OutputLengths = attrs.field(init=False, factory=OutputLengths, repr=False)
+    _expected: dict[str, float] = attrs.field(init=False, factory=dict, repr=False)
+    """Request id -> the decode it was charged on routing, until it finishes."""
+    _over_share_routed: int = attrs.field(init=False, default=0, repr=False)
+    _over_share_rejected: int = attrs.field(init=False, default=0, repr=False)
     _retried: set[str] = attrs.field(init=False, factory=set, repr=False)
     _test: DeadlineTest = attrs.field(init=False, repr=False)
 
@@ -72,9 +95,39 @@ class SLORouter(ClusterRouter):
         """`DeadlineTest.predict_tpot_s` with this router's fallback model."""
         return self._test.predict_tpot_s(request, report)
 
+    def fair_rate_share(self, request: ClusterRequest, now: float) -> float:
+        """The share of a replica's prefill rate ``request`` is planned on:
+        `ClassFairShare.share` of its tenant in its class (1 without ``fairness``)."""
+        if self.fairness is None:
+            return 1.0
+        return self.fairness.share(request.tenant, request.slo_class or UNCLASSED, now)
+
     def _choose(self, request: ClusterRequest, candidates: list[ReplicaReport],
                 now: float) -> ClusterDecision:
-        return self._place(request, candidates, now, retry=False)
+        share = self.fair_rate_share(request, now)
+        decision = self._place(request, candidates, now, retry=False, rate_share=share)
+        if share < 1.0:
+            self._over_share_routed += decision.accepted
+            self._over_share_rejected += not decision.accepted
+        if decision.accepted and self.fairness is not None:
+            expected = self._expected[request.request_id] = self._outputs.remaining(0)
+            self.fairness.on_admitted(
+                request.request_id, request.tenant, request.slo_class or UNCLASSED,
+                request.prompt_tokens - decision.cached_tokens, expected, now)
+        return decision
+
+    def on_finished(self, request_id: str, output_tokens: int | None, now: float) -> None:
+        """``request_id`` ended: its tenant's expected decode charge becomes
+        ``output_tokens`` (None: not known, the expected charge stays), which the expected
+        output of later requests learns from, and it no longer counts against its single
+        retry."""
+        expected = self._expected.pop(request_id, None)
+        if output_tokens is not None:
+            self._outputs.observe(output_tokens)
+        if self.fairness is not None and expected is not None:
+            self.fairness.on_finished(
+                request_id, expected if output_tokens is None else output_tokens, now)
+        self.forget(request_id)
 
     def retry(self, request: ClusterRequest, reports: Mapping[str, ReplicaReport], now: float,
               *, rejected_by: str) -> ClusterDecision:
@@ -95,7 +148,8 @@ class SLORouter(ClusterRouter):
         if not others:
             return self._passed_on(request, reports, now, rejected_by, ClusterDecision(
                 request_id=request.request_id, replica=None, cause=RouteCause.NO_REPLICA))
-        decision = self._place(request, others, now, retry=True)
+        decision = self._place(request, others, now, retry=True,
+                               rate_share=self.fair_rate_share(request, now))
         if not decision.accepted:
             return self._passed_on(request, reports, now, rejected_by, decision)
         self._retries_placed += 1
@@ -108,12 +162,13 @@ class SLORouter(ClusterRouter):
         self._retried.discard(request_id)
 
     def _place(self, request: ClusterRequest, candidates: list[ReplicaReport], now: float, *,
-               retry: bool) -> ClusterDecision:
+               retry: bool, rate_share: float) -> ClusterDecision:
         cached = self._cached_tokens(request)
         pinned = self._session_replica(request)
         if self.keep_sessions and not retry and any(r.name == pinned for r in candidates):
             candidates = [r for r in candidates if r.name == pinned]
-        predicted = {r.name: self.predict_ttft_s(request, r, cached.get(r.name, 0), now)
+        predicted = {r.name: self._test.predict_ttft_s(request, r, cached.get(r.name, 0), now,
+                                                       rate_share=rate_share)
                      for r in candidates}
         if request.ttft_s is None:
             feasible = list(candidates)
@@ -156,7 +211,18 @@ class SLORouter(ClusterRouter):
         """This router's own deadline test."""
         return self._test
 
+    def stats(self) -> ClusterRouterStats:
+        """The base counters and the requests of tenants over their share, routed and
+        rejected (the charges themselves: ``fairness.stats()``)."""
+        return attrs.evolve(super().stats(), over_share_routed=self._over_share_routed,
+                            over_share_rejected=self._over_share_rejected)
+
     def check_invariants(self) -> None:
-        """The base invariants; retried requests are no more than retries."""
+        """The base invariants; retried requests are no more than retries; over-share
+        decisions are no more than the decisions; the fair share's own invariants."""
         super().check_invariants()
         assert len(self._retried) <= self._retries
+        assert self._over_share_routed + self._over_share_rejected <= sum(self._causes.values())
+        assert len(self._expected) <= sum(self._by_replica.values())
+        if self.fairness is not None:
+            self.fairness.check_invariants()

@@ -18,8 +18,11 @@ from policies.cluster_routing import (
     SessionStickyReplicas,
     SLORouter,
     StickyUntilSaturated,
+    make_router,
 )
+from policies.output_lengths import DEFAULT_OUTPUT_TOKENS
 from policies.pd.router import chain_keys
+from policies.slo.fairness import ClassFairShare
 from policies.step_model import StepTimeModel
 
 NAMES = ("r0", "r1", "r2")
@@ -271,3 +274,90 @@ def test_slo_router_places_only_where_the_prediction_meets_the_deadline(
                    or router.predict_tpot_s(req, state[n]) > req.tpot_s for n in accepting)
         assert router.min_retry_after_s <= decision.retry_after_s <= router.max_retry_after_s
     router.check_invariants()
+
+
+def tenant_request(rid: str, tenant: str, *, blocks: tuple[int, ...] = tuple(range(100)),
+                   arrival_s: float = 0.0) -> ClusterRequest:
+    return attrs.evolve(request(rid, blocks=blocks, arrival_s=arrival_s), tenant=tenant,
+                        slo_class="chat")
+
+
+def loaded_reports(load_s: float) -> dict[str, ReplicaReport]:
+    """Every replica with ``load_s`` of prefill queued at the whole rate."""
+    rate = MODEL.prefill_tokens_per_s(0, 8192, 0)
+    return {n: report(n, queued=round(load_s * rate)) for n in NAMES}
+
+
+def test_fair_router_refuses_the_tenant_over_its_share_first() -> None:
+    router = SLORouter(replicas=NAMES, block_size_tokens=BLOCK,
+                       fairness=ClassFairShare(weights={"a": 1, "b": 1}))
+    # Across replicas, a has lately been sent twice b's work: a is over its half.
+    for rid, tenant in (("a0", "a"), ("a1", "a"), ("b0", "b")):
+        assert router.route(tenant_request(rid, tenant, blocks=(hash(rid),)), reports(),
+                            0.0).accepted
+    assert router.fair_rate_share(tenant_request("x", "a"), 0.0) == pytest.approx(2 / 3)
+    assert router.fair_rate_share(tenant_request("x", "b"), 0.0) == 1.0
+    # ~0.7 s of prefill queued everywhere: within 0.9 s at the whole rate, not on 2/3 of it.
+    state = loaded_reports(0.7)
+    refused = router.route(tenant_request("a2", "a"), state, 0.0)
+    assert refused.cause is RouteCause.NO_FEASIBLE and refused.retry_after_s >= 0.5
+    # The room test judges a by the same share: a's refusal by a replica is no refusal
+    # "while another replica had room".
+    assert router.replica_with_room(tenant_request("a3", "a"), state, 0.0) is None
+    assert router.replica_with_room(tenant_request("b2", "b"), state, 0.0) is not None
+    placed = router.route(tenant_request("b1", "b"), state, 0.0)
+    assert placed.accepted
+    stats = router.stats()
+    assert stats.over_share_rejected == 1 and stats.over_share_routed == 0  # b came after a1
+    # b has now been sent as much as a: a is at its share again, planned on the whole rate.
+    assert router.fair_rate_share(tenant_request("x", "a"), 0.0) == 1.0
+    router.check_invariants()
+
+
+def test_fair_router_is_work_conserving() -> None:
+    router = SLORouter(replicas=NAMES, block_size_tokens=BLOCK,
+                       fairness=ClassFairShare(weights={"a": 1, "b": 4}))
+    for i in range(20):
+        router.route(tenant_request(f"a{i}", "a", blocks=(i,)), reports(), 0.0)
+    # Alone in its class, a may use every replica, whatever its weight.
+    assert router.fair_rate_share(tenant_request("x", "a"), 0.0) == 1.0
+    assert router.route(tenant_request("last", "a"), loaded_reports(0.7), 0.0).accepted
+    # Another class is another pool: b's chat work does not hold a back in batch.
+    router.route(tenant_request("b0", "b"), reports(), 0.0)
+    batch = attrs.evolve(tenant_request("y", "a"), slo_class="batch")
+    assert router.fair_rate_share(batch, 0.0) == 1.0
+    assert router.stats().over_share_routed == 0
+    router.check_invariants()
+
+
+def test_fair_router_charges_uncached_prefill_then_what_was_generated() -> None:
+    fairness = ClassFairShare(weights={"a": 1})
+    router = SLORouter(replicas=NAMES, block_size_tokens=BLOCK, fairness=fairness)
+    first = router.route(tenant_request("q0", "a", blocks=tuple(range(10))), reports(), 0.0)
+    assert fairness.stats().charged_tokens["a"] == 161 + DEFAULT_OUTPUT_TOKENS
+    router.on_finished("q0", 40, 1.0)
+    assert fairness.stats().charged_tokens["a"] == 161 + 40
+    # The same prefix again, on the replica that holds it: only the uncached tail is charged,
+    # and the expected decode is the output learned from finished requests.
+    again = router.route(tenant_request("q1", "a", blocks=tuple(range(10)), arrival_s=1.0),
+                         reports(), 1.0)
+    assert again.replica == first.replica and again.cached_tokens == 160
+    assert fairness.stats().charged_tokens["a"] == 161 + 40 + 1 + 40
+    router.on_finished("q1", 0, 2.0)
+    router.on_finished("unknown", 5, 2.0)  # never routed here: ignored
+    assert fairness.stats().in_flight == 0
+    # A finish whose output is not known (Ray tells no token count) keeps the expected charge.
+    router.route(tenant_request("q2", "a", blocks=(99,), arrival_s=2.0), reports(), 2.0)
+    charged = fairness.stats().charged_tokens["a"]
+    router.on_finished("q2", None, 3.0)
+    assert fairness.stats().charged_tokens["a"] == charged and fairness.stats().in_flight == 0
+    router.check_invariants()
+
+
+def test_make_router_gives_the_declared_weights_to_our_routers_only() -> None:
+    ours = make_router("slo", NAMES, fairness_weights={"a": 2.0}, fairness_half_life_s=5.0)
+    assert isinstance(ours, SLORouter) and ours.fairness is not None
+    assert ours.fairness.weight("a") == 2.0 and ours.fairness.half_life_s == 5.0
+    assert make_router("slo", NAMES).fairness is None
+    peer = make_router("pow2", NAMES, fairness_weights={"a": 2.0})
+    assert peer.fair_rate_share(tenant_request("x", "a"), 0.0) == 1.0

@@ -5,13 +5,20 @@ import argparse
 
 import pytest
 
-from benchmarks.cluster_replay.__main__ import cost_model_capacity, load_trace, offered
-from benchmarks.cluster_replay.cluster import run_cluster
+from benchmarks.cluster_replay.__main__ import (
+    FAIRNESS,
+    cost_model_capacity,
+    load_trace,
+    offered,
+)
+from benchmarks.cluster_replay.cluster import replica_harness, run_cluster
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.trace import Trace, TraceRequest
+from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.instruments.harness import EngineShape
 from policies.cluster_routing import RouteCause, SessionStickyReplicas, SLORouter
+from policies.slo.fairness import ClassFairShare
 
 SHAPE = EngineShape(num_blocks=2048)
 COST = StepCostModel.preset("h100")
@@ -79,3 +86,26 @@ def test_capacity_scales_with_replicas_and_the_offered_rate_follows_it() -> None
     heavier, scale = offered(args, trace, 2 * four["capacity_rps"])
     rate = len(heavier.requests) / heavier.duration_s
     assert scale > 1 and rate == pytest.approx(2 * four["capacity_rps"], rel=0.25)
+
+
+def test_tenants_weighed_once_at_the_router_and_on_every_replica() -> None:
+    args = argparse.Namespace(trace="azure-conv", max_requests=80, skip_requests=0, seed=0,
+                              tenants="servegen")
+    trace = load_trace(args)
+    spec = SLOSpec.parse(FAIRNESS)
+    fairness = ClassFairShare(weights=spec.fairness_weights)
+    router = SLORouter(replicas=("r0", "r1"), fairness=fairness)
+    replica = replica_harness("pipeline:slo", SHAPE, FAIRNESS).scheduler.pipeline
+    assert replica.admission.fairness.weights == fairness.weights
+    assert replica.ranking.fairness is replica.admission.fairness
+    assert replica_harness("pipeline:slo", SHAPE).scheduler.pipeline.admission.fairness is None
+    run = run_cluster(trace.scaled(4.0), router, "slo", replicas=("r0", "r1"),
+                      engine="pipeline:slo", shape=EngineShape(num_blocks=8192),
+                      cost_model=COST, slo=FAIRNESS)
+    assert len(run.records) == len(trace.requests)
+    stats = fairness.stats()
+    # Every request the router charged was settled when it finished, wherever it ran.
+    assert stats.in_flight == 0
+    routed_tenants = {r.tenant for r in run.records if r.first_scheduled_s is not None}
+    assert routed_tenants <= set(stats.charged_tokens) and len(routed_tenants) >= 2
+    router.check_invariants()
