@@ -14,6 +14,10 @@ The same router objects the cluster replay runs (`policies.cluster_routing.make_
 - **Requests** (`ClusterRequest`) carry the ingress's `RoutingHint` (prompt tokens, chained
   block keys, session, tenant, class) and, with an SLO declaration (``slo``, the form of the
   ``llm_serving_policies.slo`` entry), the targets of the class the request is judged in.
+- **Fairness**: where the declaration has ``fairness``, `SLORouter` weighs tenants across
+  the replicas (`SLORouter.fairness`): each routed request is charged to its tenant, and the
+  charge settled when Ray reports the request done (its output length unknown here, the
+  expected decode stays charged).
 - **Rejection**: Ray Serve's router can only rank replicas, so a refusal travels in the request
   (`RouterRejection`): the replica it reaches answers 503 without its engine, and the ingress
   answers the client 503 with ``Retry-After`` and the reason.
@@ -50,6 +54,7 @@ from policies.cluster_routing import (
     make_router,
 )
 from policies.slo.classes import SLOTarget, resolve_class
+from policies.slo.fairness import DEFAULT_HALF_LIFE_S
 from policies.step_model import StepTimeModel
 from policies.views import DEFAULT_TENANT, RequestView
 
@@ -68,6 +73,9 @@ class ClassTable:
     lengths: tuple[tuple[int, str], ...] = ()
     demotions: Mapping[str, str] = attrs.field(factory=dict)
     grants: Any = None
+    fairness_weights: Mapping[str, float] | None = None
+    """The declaration's ``fairness`` weights (`SLOSpec.fairness_weights`); None: none."""
+    fairness_half_life_s: float = DEFAULT_HALF_LIFE_S
 
     @classmethod
     def parse(cls, declaration: Mapping[str, Any] | None) -> ClassTable:
@@ -81,16 +89,22 @@ class ClassTable:
         return cls(classes=dict(spec.classes), tenants=dict(spec.tenants),
                    lengths=tuple((2**31 if bound is None else bound, name)
                                  for bound, name in spec.by_prompt_tokens),
-                   demotions=dict(spec.demotions), grants=spec.grants())
+                   demotions=dict(spec.demotions), grants=spec.grants(),
+                   fairness_weights=spec.fairness_weights,
+                   fairness_half_life_s=spec.fairness_half_life_s)
+
+    def resolve(self, tenant: str, slo_class: str | None, prompt_tokens: int) -> str | None:
+        """The class the request is judged in (None: none)."""
+        if not self.classes:
+            return None
+        view = RequestView(request_id="", arrival_s=0.0, prompt_tokens=prompt_tokens,
+                           tenant=tenant, slo_class=slo_class)
+        return resolve_class(view, self.classes, self.tenants, self.lengths, self.grants)
 
     def targets(self, tenant: str, slo_class: str | None, prompt_tokens: int
                 ) -> tuple[SLOTarget | None, SLOTarget | None]:
         """The request's class targets and its declared lower class's (None: none)."""
-        if not self.classes:
-            return None, None
-        view = RequestView(request_id="", arrival_s=0.0, prompt_tokens=prompt_tokens,
-                           tenant=tenant, slo_class=slo_class)
-        name = resolve_class(view, self.classes, self.tenants, self.lengths, self.grants)
+        name = self.resolve(tenant, slo_class, prompt_tokens)
         if name is None:
             return None, None
         lower = self.demotions.get(name)
@@ -100,13 +114,17 @@ class ClassTable:
 def class_declaration(spec: Any) -> dict[str, Any]:
     """The class part of a parsed `SLOSpec` as an ``slo`` mapping (JSON, as Ray Serve wants a
     request router's arguments): classes, tenants' classes, classes by prompt length,
-    protected classes, demotions and allowed classes."""
-    return {"classes": {name: {"ttft_s": t.ttft_s, "tpot_s": t.tpot_s}
-                        for name, t in spec.classes.items()},
-            "tenants": dict(spec.tenants),
-            "by_prompt_tokens": [[bound, name] for bound, name in spec.by_prompt_tokens],
-            "protected": sorted(spec.protected), "demotions": dict(spec.demotions),
-            "allowed_classes": {who: sorted(names) for who, names in spec.allowed.items()}}
+    protected classes, demotions, allowed classes and the tenants' fairness weights."""
+    declared = {"classes": {name: {"ttft_s": t.ttft_s, "tpot_s": t.tpot_s}
+                            for name, t in spec.classes.items()},
+                "tenants": dict(spec.tenants),
+                "by_prompt_tokens": [[bound, name] for bound, name in spec.by_prompt_tokens],
+                "protected": sorted(spec.protected), "demotions": dict(spec.demotions),
+                "allowed_classes": {who: sorted(names) for who, names in spec.allowed.items()}}
+    if spec.fairness_weights is not None:
+        declared["fairness"] = {"weights": dict(spec.fairness_weights),
+                                "half_life_s": spec.fairness_half_life_s}
+    return declared
 
 
 def step_model(coefficients: Mapping[str, float] | None) -> StepTimeModel | None:
@@ -175,10 +193,12 @@ class ClusterRequestRouter(RequestRouter):
         declaration mapping whose classes give requests their targets)."""
         self._label = deployment or self.app_name
         self._name = router
+        self._classes = ClassTable.parse(slo)
         self._settings = dict(block_size_tokens=block_size_tokens,
                               index_capacity_blocks=index_capacity_blocks,
-                              saturation_tokens=saturation_tokens, seed=seed)
-        self._classes = ClassTable.parse(slo)
+                              saturation_tokens=saturation_tokens, seed=seed,
+                              fairness_weights=self._classes.fairness_weights,
+                              fairness_half_life_s=self._classes.fairness_half_life_s)
         self._policy = self._new_policy(1)
         self._slots: dict[str, str] = {}
         """Replica unique id -> its slot in the policy's replica set."""
@@ -186,6 +206,9 @@ class ClusterRequestRouter(RequestRouter):
         """Internal request id -> the decision, until Ray dispatches it."""
         self._sent: dict[str, dict[str, tuple[float, tuple[float, str | None, str, int]]]] = {}
         """Replica -> internal request id -> (decided at, what it adds to the queue)."""
+        self._routed: OrderedDict[str, str] = OrderedDict()
+        """Internal request id -> the policy's request id, until the request ends (the
+        policy settles what it charged the tenant)."""
         self._with_room_seen = 0
         metrics.declare((self._label,))
 
@@ -235,6 +258,7 @@ class ClusterRequestRouter(RequestRouter):
             request_id=request.request_id or request_id,
             arrival_s=request.arrival_s or time.time(), prompt_tokens=prompt,
             block_keys=hint.block_keys, session_id=hint.session_id, tenant=tenant,
+            slo_class=self._classes.resolve(tenant, hint.slo_class, prompt),
             ttft_s=target.ttft_s if target else None, tpot_s=target.tpot_s if target else None,
             demote_ttft_s=lower.ttft_s if lower else None)
 
@@ -289,6 +313,9 @@ class ClusterRequestRouter(RequestRouter):
             while len(self._decided) > _MAX_REMEMBERED:
                 self._decided.popitem(last=False)
             if decision.replica is not None:
+                self._routed[request_id] = cluster.request_id
+                while len(self._routed) > _MAX_REMEMBERED:
+                    self._routed.popitem(last=False)
                 chosen = next(n for n, s in self._slots.items() if s == decision.replica)
                 self._sent.setdefault(chosen, {})[request_id] = (now, (
                     cluster.arrival_s, request.hint.slo_class, cluster.tenant,
@@ -312,9 +339,13 @@ class ClusterRequestRouter(RequestRouter):
                     break
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
-        """The request ended (any outcome): no longer counted as sent."""
+        """The request ended (any outcome): no longer counted as sent; the policy settles it
+        (its output length is not known here: the expected decode stays charged)."""
         self._sent.get(replica_id.unique_id, {}).pop(internal_request_id, None)
         self._decided.pop(internal_request_id, None)
+        routed = self._routed.pop(internal_request_id, None)
+        if routed is not None:
+            self._policy.on_finished(routed, None, time.time())
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         """Ray saw the replica die: free its slot before the controller says so."""
@@ -323,7 +354,10 @@ class ClusterRequestRouter(RequestRouter):
         self._sent.pop(replica_id.unique_id, None)
 
     def stats(self) -> dict[str, Any]:
-        """The policy's counters and which replica holds which slot (for tests, demos)."""
-        return {"router": self._policy.stats(), "slots": dict(self._slots)}
+        """The policy's counters, its tenants' charges (`ClassFairShareStats`, None without
+        fairness) and which replica holds which slot (for tests, demos)."""
+        fairness = getattr(self._policy, "fairness", None)
+        return {"router": self._policy.stats(), "slots": dict(self._slots),
+                "fairness": None if fairness is None else fairness.stats()}
 
 

@@ -68,14 +68,15 @@ def make_router(router: str = "slo", **kwargs) -> ClusterRequestRouter:
     instance = ClusterRequestRouter(deployment_id=DEPLOYMENT,
                                     handle_source=DeploymentHandleSource.UNKNOWN,
                                     use_replica_queue_len_cache=True)
-    instance.initialize_state(router=router, deployment=f"engine-{router}", slo=SLO, **kwargs)
+    kwargs.setdefault("slo", SLO)
+    instance.initialize_state(router=router, deployment=f"engine-{router}", **kwargs)
     return instance
 
 
 def pending(request_id: str, slo_class: str = "chat", prompt_tokens: int = 200,
-            rejected_by: str | None = None) -> PendingRequest:
+            rejected_by: str | None = None, tenant: str = "acme") -> PendingRequest:
     hint = RoutingHint(prompt_tokens=prompt_tokens, block_keys=(1, 2), slo_class=slo_class,
-                       tenant="acme")
+                       tenant=tenant)
     request = EngineRequest(path="/v1/completions", hint=hint, request_id=f"client-{request_id}",
                             arrival_s=time.time(), rejected_by=rejected_by)
     return PendingRequest(args=[request], kwargs={},
@@ -158,3 +159,30 @@ def test_a_replica_rejection_is_retried_once_elsewhere_by_slo_and_passed_on_by_p
     full = make_router("kv_overlap")
     choose(full, [a, FakeReplica("b", stats(20000))], "r3", rejected_by="a")
     assert with_room(full) == 0
+
+
+def test_declared_tenants_share_the_cluster_by_weight():
+    import json
+
+    from integrations.vllm_v1.config.slo import SLOSpec
+
+    declared = {**SLO, "fairness": {"weights": {"acme": 1, "globex": 1}, "half_life_s": 20}}
+    table = ClassTable.parse(json.loads(json.dumps(class_declaration(SLOSpec.parse(declared)))))
+    assert table.fairness_weights == {"acme": 1.0, "globex": 1.0}
+    assert table.fairness_half_life_s == 20
+    router = make_router(slo=declared)
+    empty = [FakeReplica("a", stats()), FakeReplica("b", stats())]
+    for rid, tenant in (("a1", "acme"), ("a2", "acme"), ("g1", "globex")):
+        assert not choose(router, empty, rid, tenant=tenant)[1].rejection
+    # acme was sent twice globex's work: with ~0.3 s of prefill queued everywhere, acme is
+    # planned on 2/3 of the rate and refused; globex, under its share, is placed.
+    loaded = [FakeReplica("a", stats(3000)), FakeReplica("b", stats(3000))]
+    assert choose(router, loaded, "a3", tenant="acme")[1].rejection.reason == \
+        "router_no_feasible"
+    assert not choose(router, loaded, "g2", tenant="globex")[1].rejection
+    assert router.stats()["router"].over_share_rejected == 1
+    # Ray reports a request done: its charge is settled.
+    in_flight = router.stats()["fairness"].in_flight
+    router.on_request_completed(ReplicaID("a", DEPLOYMENT), "a1")
+    assert router.stats()["fairness"].in_flight == in_flight - 1
+    assert make_router().stats()["fairness"] is None
