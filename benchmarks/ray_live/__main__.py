@@ -18,8 +18,9 @@ until goodput stops rising (as `benchmarks.live_slo.run.measure_capacity` on one
 ``--duration-s``; requests still open ``--drain-s`` after the last arrival are cancelled.
 Beside the client's figures: the ingress's ``policies:router_rejected_with_room_total``
 (replica rejections passed on while another replica had room; cluster routers only, None for
-Ray's own ``pow2``) and ``policies:ingress_rejection_retries_total``. Writes
-``OUT/summary.json`` and ``OUT/runs/<seed>/<router>/requests.jsonl``.
+Ray's own ``pow2``) and ``policies:ingress_rejection_retries_total``. The goals are judged
+per seed (`judge`). Writes ``OUT/summary.json`` and
+``OUT/runs/<seed>/<router>/requests.jsonl``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import asyncio
 import json
 import random
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from benchmarks.e2e_business_cases.live import LiveScale, free_port
@@ -50,6 +52,63 @@ ROUTERS = ("slo", "pow2", "session-sticky")
 APP = "ray-live"
 COUNTERS = ("policies:router_rejected_with_room_total",
             "policies:ingress_rejection_retries_total")
+OURS = "slo"
+ADMITTED_SLO_GOAL = 0.95
+"""Share of admitted requests in SLO our router must reach on every seed."""
+
+
+def plan(args: argparse.Namespace) -> tuple[list[str], list[int]]:
+    """The routers and seeds ``args`` name.
+
+    Raises:
+        SystemExit: naming the flag, for an unknown router, a seed that is not an integer,
+            or a load or duration that is not positive.
+    """
+    routers = [r.strip() for r in args.routers.split(",") if r.strip()]
+    unknown = [r for r in routers if r not in ROUTERS]
+    if not routers or unknown:
+        raise SystemExit(f"--routers: unknown or none {unknown!r} (use {', '.join(ROUTERS)})")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise SystemExit(f"--seeds must be comma-separated integers, got {args.seeds!r}"
+                         ) from None
+    for flag in ("load", "duration_s"):
+        if not getattr(args, flag) > 0:
+            raise SystemExit(f"--{flag.replace('_', '-')} must be > 0, got "
+                             f"{getattr(args, flag)!r}")
+    return routers, seeds
+
+
+def counter_deltas(router: str, before: Mapping[str, float], after: Mapping[str, float]
+                   ) -> dict[str, float | None]:
+    """Each of `COUNTERS` over one run; None for Ray's own ``pow2`` (it counts nothing)."""
+    return {name: None if router == "pow2" else after[name] - before[name]
+            for name in COUNTERS}
+
+
+def judge(runs: Mapping[str, Mapping[str, Mapping]]) -> dict:
+    """The live goals of `OURS` on each seed (``runs``: seed -> router -> run metrics), and
+    on how many seeds each was met: admitted in SLO >= `ADMITTED_SLO_GOAL`, goodput >= the
+    best peer's, and no replica rejection passed on while another replica had room."""
+    seeds = {}
+    for seed, by_router in runs.items():
+        ours = by_router.get(OURS)
+        peers = {name: m for name, m in by_router.items() if name != OURS}
+        if ours is None or not peers:
+            continue
+        best = max(peers, key=lambda name: peers[name]["goodput_rps"])
+        room = ours.get(COUNTERS[0])
+        seeds[seed] = {
+            "best_peer": best,
+            "goodput_ratio": (ours["goodput_rps"] / peers[best]["goodput_rps"]
+                              if peers[best]["goodput_rps"] else None),
+            "admitted_met": (ours["admitted_slo_attainment"] or 0.0) >= ADMITTED_SLO_GOAL,
+            "goodput_met": ours["goodput_rps"] >= peers[best]["goodput_rps"],
+            "room_met": room == 0}
+    return {"seeds": seeds, "met": {goal: sum(s[goal] for s in seeds.values())
+                                    for goal in ("admitted_met", "goodput_met", "room_met")},
+            "of": len(seeds)}
 
 
 def deploy_router(router: str, model: str, scale: LiveScale) -> None:
@@ -118,8 +177,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     from integrations.ray_serve.cluster import LocalCluster
 
-    routers = args.routers.split(",")
-    seeds = [int(s) for s in args.seeds.split(",")]
+    routers, seeds = plan(args)
     model, scale, started = model_dir(), LiveScale(), time.perf_counter()
     summary: dict = {"config": {**vars(args), "out": str(args.out), "model": model,
                                 "slo_declaration": DECLARATION}, "runs": {}}
@@ -142,13 +200,14 @@ def main(argv: list[str] | None = None) -> dict:
                 write_requests(args.out / "runs" / str(seed) / router / "requests.jsonl",
                                records, replies, requests)
                 metrics = run_metrics(records, replies, window_s=args.duration_s)
-                for name in COUNTERS:
-                    metrics[name] = None if router == "pow2" else after[name] - before[name]
+                metrics.update(counter_deltas(router, before, after))
                 summary["runs"].setdefault(str(seed), {})[router] = metrics
                 print(f"seed {seed} {router}: {metrics['admitted']}/{metrics['offered']} "
                       f"admitted, attainment {metrics['admitted_slo_attainment']}, goodput "
                       f"{metrics['goodput_rps']:.2f} req/s, rejected with room "
                       f"{metrics[COUNTERS[0]]}", flush=True)
+    summary["goals"] = judge(summary["runs"])
+    print(f"goals met on seeds (of {summary['goals']['of']}): {summary['goals']['met']}")
     summary["wall_s"] = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
