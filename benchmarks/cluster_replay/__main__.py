@@ -14,6 +14,10 @@ Agent-session workloads (``agent-*``) are made heavier by starting sessions more
 generator's ``sessions_per_s``), so each session keeps its turns, tool times and prefix reuse;
 other traces are offered faster (`Trace.scaled`).
 
+With ``--tenants``, the tenants' weights are declared once (`FAIRNESS`, the ``slo``
+declaration's ``fairness``) and ``--fairness`` says who applies them: our router across the
+cluster, each replica's ``slo`` preset, ``both`` (the default) or neither.
+
 Capacity comes first: the requests per second ``--replicas`` replicas serve when busy,
 from the step-cost model (`cost_model_capacity`: each request's prefill of what an ideal
 prefix cache would not hold, plus its share of decode steps as large as the KV cache and

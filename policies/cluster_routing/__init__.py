@@ -23,7 +23,10 @@ Peers, from their published descriptions:
 model's prefill rate over the queued and uncached tokens, beside the running decodes) and
 routes among the replicas that meet the deadline, preferring the session's replica, then the
 earliest first token (a cached prefix shortens it). With none, it demotes where the
-request declares a lower class that some replica meets, else rejects with a Retry-After. A
+request declares a lower class that some replica meets, else rejects with a Retry-After.
+With ``fairness`` (the ``slo`` declaration's `ClassFairShare`), it charges each request it
+routes to its tenant across the cluster and plans a tenant over its weighted share on part
+of each replica's prefill rate, so that tenant is refused first when the replicas fill up. A
 replica's own rejection gets one retry (`retry`) elsewhere, within the deadline; every
 router counts the replica rejections it passes on while another replica had room
 (``rejected_with_room``, by `DeadlineTest`). `make_router` builds any of them by name
