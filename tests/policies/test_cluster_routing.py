@@ -361,3 +361,30 @@ def test_make_router_gives_the_declared_weights_to_our_routers_only() -> None:
     assert make_router("slo", NAMES).fairness is None
     peer = make_router("pow2", NAMES, fairness_weights={"a": 2.0})
     assert peer.fair_rate_share(tenant_request("x", "a"), 0.0) == 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 4000),
+                          st.booleans(), st.integers(0, 500)), min_size=1, max_size=30))
+def test_fair_router_plans_only_tenants_over_their_share_on_less_than_the_rate(steps) -> None:
+    weights = {"a": 1.0, "b": 2.0, "c": 4.0}
+    fairness = ClassFairShare(weights=weights)
+    router = SLORouter(replicas=NAMES, block_size_tokens=BLOCK, fairness=fairness)
+    live: list[str] = []
+    for i, (tenant, prompt, finish, output) in enumerate(steps):
+        now = 0.1 * i
+        probe = attrs.evolve(tenant_request("probe", tenant, arrival_s=now), prompt_tokens=prompt)
+        share = router.fair_rate_share(probe, now)
+        if fairness.over_share(tenant, "chat", now):
+            # At least the tenant's weight over the active tenants' weights.
+            active = {t for t in weights if fairness.stats().shares.get("chat", {}).get(t)
+                      is not None} | {tenant}
+            assert weights[tenant] / sum(weights[t] for t in active) - 1e-9 <= share < 1.0
+        else:
+            assert share == 1.0
+        decision = router.route(attrs.evolve(probe, request_id=f"q{i}"), reports(), now)
+        if decision.accepted:
+            live.append(f"q{i}")
+        if finish and live:
+            router.on_finished(live.pop(0), output, now)
+        router.check_invariants()
