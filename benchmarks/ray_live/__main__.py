@@ -12,9 +12,8 @@ own) and ``session-sticky``. The live SLO benchmark's client (`benchmarks.live_s
 chat, rag and unclassed requests of two teams, open-loop Poisson arrivals) streams from the
 app's OpenAI ingress and judges every request (`run_metrics`).
 
-Capacity comes first, on the ``pow2`` app: the open-loop rate rises by ``CAPACITY_STEP``
-until goodput stops rising (as `benchmarks.live_slo.run.measure_capacity` on one server), or
-``--capacity-rps`` is used. Each (seed, router) run then offers ``--load`` times it for
+Capacity comes first, on the ``pow2`` app (`benchmarks.live_slo.run.search_capacity`, as the
+live SLO benchmark measures one server), or ``--capacity-rps`` is used. Each (seed, router) run then offers ``--load`` times it for
 ``--duration-s``; requests still open ``--drain-s`` after the last arrival are cancelled.
 Beside the client's figures: the ingress's ``policies:router_rejected_with_room_total``
 (replica rejections passed on while another replica had room; cluster routers only, None for
@@ -35,14 +34,7 @@ from pathlib import Path
 
 from benchmarks.e2e_business_cases.live import LiveScale, free_port
 from benchmarks.e2e_business_cases.live_client import HttpReply, client_priority, play
-from benchmarks.live_slo.run import (
-    CAPACITY_DROP,
-    CAPACITY_MAX_STEPS,
-    CAPACITY_START_RPS,
-    CAPACITY_STEP,
-    model_dir,
-    write_requests,
-)
+from benchmarks.live_slo.run import model_dir, search_capacity, write_requests
 from benchmarks.live_slo.summary import DECLARATION, run_metrics
 from benchmarks.live_slo.workload import build_requests, poisson_arrivals
 from benchmarks.soak import metric_sums
@@ -140,21 +132,14 @@ def play_once(url: str, model: str, rate_rps: float, duration_s: float, seed: in
 
 
 def measure_capacity(url: str, model: str, step_s: float, drain_s: float) -> dict:
-    """Raise the open-loop rate until goodput stops rising; the rate where it peaked."""
-    steps, rate = [], CAPACITY_START_RPS
-    for index in range(CAPACITY_MAX_STEPS):
+    """`search_capacity` through the app's ingress."""
+
+    def probe(rate: float, index: int) -> dict:
         records, replies, _ = play_once(url, model, rate, step_s, index, drain_s=drain_s,
                                         prefix=f"cap{index}-")
-        steps.append({"rate_rps": rate, **run_metrics(records, replies, window_s=step_s)})
-        print(f"capacity {rate:.1f} req/s: goodput {steps[-1]['goodput_rps']:.2f}", flush=True)
-        peak = max(steps, key=lambda s: s["goodput_rps"])
-        if steps[-1]["goodput_rps"] < CAPACITY_DROP * peak["goodput_rps"] or (
-                len(steps) >= 3 and peak is steps[-3]):
-            break
-        rate *= CAPACITY_STEP
-    peak = max(steps, key=lambda s: s["goodput_rps"])
-    return {"capacity_rps": peak["rate_rps"], "peak_goodput_rps": peak["goodput_rps"],
-            "steps": steps, "step_s": step_s}
+        return run_metrics(records, replies, window_s=step_s)
+
+    return {**search_capacity(probe, lambda line: print(line, flush=True)), "step_s": step_s}
 
 
 def build_parser() -> argparse.ArgumentParser:
