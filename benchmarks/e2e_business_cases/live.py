@@ -36,7 +36,12 @@ from pathlib import Path
 
 import attrs
 
-from benchmarks.e2e_business_cases.live_client import LiveRequest, client_priority, play
+from benchmarks.e2e_business_cases.live_client import (
+    LiveRequest,
+    StallWatch,
+    client_priority,
+    play,
+)
 from benchmarks.e2e_business_cases.phase_metrics import run_phases
 from benchmarks.e2e_business_cases.report import console_table, markdown_report
 from benchmarks.e2e_business_cases.slos import DEFINITIONS, PRIMARY
@@ -266,7 +271,7 @@ def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *
         model = served_model(server)
         _warm_up(server, model)
         ready_s = time.perf_counter() - started
-        with _StepModelWatch(server.url) as watch, client_priority():
+        with _StepModelWatch(server.url) as watch, client_priority(), StallWatch() as stalls:
             records, samples = asyncio.run(play(
                 server.url, model, requests, max_tokens=max_tokens,
                 max_model_len=scale.max_model_len,
@@ -276,7 +281,8 @@ def run_system(system: str, requests: Sequence[LiveRequest], scale: LiveScale, *
                     preemptions=0, steps=0, makespan_s=max(
                         (r.finish_s for r in records if r.finish_s is not None), default=0.0),
                     busy_s=0.0, wall_s=played_s)
-    timings = {"server_ready_s": ready_s, "played_s": played_s}
+    timings = {"server_ready_s": ready_s, "played_s": played_s, "stall_s": stalls.stall_s,
+               "stall_longest_s": stalls.longest_s}
     if watch.points:
         timings["step_model"] = watch.points
     return run, timings

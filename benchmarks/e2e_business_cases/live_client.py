@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -241,6 +242,53 @@ def client_priority(nice: int = CLIENT_NICE) -> Iterator[bool]:
         yield True
     finally:
         os.setpriority(os.PRIO_PROCESS, 0, before)
+
+
+STALL_TICK_S = 0.02
+STALL_MIN_S = 0.25
+"""A wake-up this much later than asked counts as a machine stall."""
+
+
+class StallWatch:
+    """Stalls the client lives through while open: a thread that sleeps `STALL_TICK_S` and
+    records each wake-up more than `STALL_MIN_S` late, as (start, seconds) on
+    `time.perf_counter`.
+
+    On a virtual machine whose host pauses it, every process stands still at once, the
+    server's and the client's alike, and the requests in flight read seconds late whatever
+    the system served (the client's own process held up reads the same). `stall_s` says how
+    much of a run that was, so that a result can be told from the machine's pauses.
+    """
+
+    def __init__(self) -> None:
+        self.stalls: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="stall-watch", daemon=True)
+
+    def __enter__(self) -> StallWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        last = time.perf_counter()
+        while not self._stop.wait(STALL_TICK_S):
+            now = time.perf_counter()
+            if now - last > STALL_TICK_S + STALL_MIN_S:
+                self.stalls.append((last, now - last - STALL_TICK_S))
+            last = now
+
+    @property
+    def stall_s(self) -> float:
+        """Seconds the machine stood still while watched."""
+        return sum(seconds for _start, seconds in self.stalls)
+
+    @property
+    def longest_s(self) -> float:
+        return max((seconds for _start, seconds in self.stalls), default=0.0)
 
 
 async def play(url: str, model: str, requests: Sequence[LiveRequest], *, with_priority: bool,

@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "2,000 is burst-2000 without --quick)")
     parser.add_argument("--capacity-rps", type=float, default=None,
                         help="skip the capacity measurement and use this rate")
+    parser.add_argument("--stall-retries", type=int, default=0,
+                        help="play a run again, up to this many times, while the client "
+                             "stood still over 1 s in it (a virtual machine paused by its "
+                             "host; the stalls of every play are recorded)")
     parser.add_argument("--server-per-system", action="store_true",
                         help="one server per seed and system, reused across scenarios "
                              "(--quick does this; the full run starts one per run)")
@@ -100,6 +104,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         changes["capacity_rps"] = args.capacity_rps
     if args.server_per_system:
         changes["server_per_run"] = False
+    if args.stall_retries < 0:
+        raise SystemExit(f"--stall-retries must be >= 0, got {args.stall_retries}")
+    changes["stall_retries"] = args.stall_retries
     return attrs.evolve(settings, **changes)
 
 

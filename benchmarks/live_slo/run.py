@@ -41,6 +41,7 @@ from benchmarks.e2e_business_cases.live import (
 from benchmarks.e2e_business_cases.live_client import (
     HttpReply,
     LiveRequest,
+    StallWatch,
     client_priority,
     play,
 )
@@ -68,6 +69,9 @@ CAPACITY_DROP = 0.8
 """Stop raising the rate once goodput falls below this share of the peak."""
 CAPACITY_REFINE = 2
 """Bisections between the peak rate and the next one probed (each narrows it by half)."""
+STALL_RERUN_S = 1.0
+"""A run in which the client stood still longer than this (`StallWatch`) is played again
+while ``stall_retries`` allow."""
 CONTENTION_MAX_S = 900.0
 """The busy-loop child's own time limit, should the benchmark die without stopping it."""
 
@@ -128,6 +132,10 @@ class Settings:
     server per seed and system, reused for every scenario."""
     capacity_rps: float | None = None
     """Skip the capacity measurement and use this."""
+    stall_retries: int = 0
+    """Play a run again (same arrivals, same server) while the client stood still longer
+    than `STALL_RERUN_S` in it, at most this many times; the last play is kept and the
+    stalls of the ones dropped are recorded (``stall_s_dropped``)."""
     scale: LiveScale = LiveScale()
 
 
@@ -144,16 +152,21 @@ def _ready(server: LocalServer) -> str:
     return model
 
 
-def play_run(server: LocalServer, model: str, system: str, requests: list[LiveRequest], *,
-             drain_s: float) -> tuple[list, list[HttpReply]]:
-    """Stream ``requests`` at their arrival times, one connection each; records and replies."""
+def sends_priority(system: str) -> bool:
+    """Whether the client sends each request's ``priority`` to ``system`` (not to ``fcfs``)."""
+    return system != "fcfs" and not system.startswith(f"{QUEUE_CAPS}:fcfs")
+
+
+def play_run(url: str, model: str, requests: list[LiveRequest], *, with_priority: bool,
+             drain_s: float) -> tuple[list, list[HttpReply], list[tuple[float, float]]]:
+    """Stream ``requests`` at their arrival times, one connection each, at the client's raised
+    priority; records, replies and the stalls the client lived through (`StallWatch`)."""
     replies = [HttpReply() for _ in requests]
-    with client_priority():
+    with client_priority(), StallWatch() as watch:
         records, _samples = asyncio.run(play(
-            server.url, model, requests, with_priority=system != "fcfs"
-            and not system.startswith(f"{QUEUE_CAPS}:fcfs"), drain_timeout_s=drain_s,
+            url, model, requests, with_priority=with_priority, drain_timeout_s=drain_s,
             replies=replies, fresh_connections=True))
-    return records, replies
+    return records, replies, watch.stalls
 
 
 def write_requests(path: Path, records: Sequence, replies: Sequence[HttpReply],
@@ -229,11 +242,12 @@ def measure_capacity(settings: Settings, *, model: str, out: Path,
         def probe(rate: float, index: int) -> dict:
             arrivals = poisson_arrivals(rate, settings.capacity_step_s, random.Random(index))
             requests = build_requests(arrivals, seed=index, prefix=f"cap{index}-")
-            records, replies = play_run(server, served, "fcfs", requests,
-                                        drain_s=settings.drain_s)
+            records, replies, stalls = play_run(server.url, served, requests,
+                                                with_priority=False, drain_s=settings.drain_s)
             write_requests(out / "capacity" / f"step{index}" / "requests.jsonl", records,
                            replies, requests)
-            return run_metrics(records, replies, window_s=settings.capacity_step_s)
+            return run_metrics(records, replies, window_s=settings.capacity_step_s,
+                               stalls=stalls)
 
         return {**search_capacity(probe, progress), "step_s": settings.capacity_step_s}
 
@@ -279,13 +293,23 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
             arrivals = scenario.arrivals(capacity_rps, rng)
             requests = build_requests(arrivals, seed=seed, prefix=f"{scenario.name}-",
                                       tenant_shares=scenario.tenant_shares)
-            with Contention() if scenario.contention else contextlib.nullcontext():
-                records, replies = play_run(server, served, system, requests,
-                                            drain_s=settings.drain_s)
+            dropped = []
+            while True:
+                with Contention() if scenario.contention else contextlib.nullcontext():
+                    records, replies, stalls = play_run(
+                        server.url, served, requests, with_priority=sends_priority(system),
+                        drain_s=settings.drain_s)
+                stall_s = sum(seconds for _start, seconds in stalls)
+                if stall_s <= STALL_RERUN_S or len(dropped) >= settings.stall_retries:
+                    break
+                dropped.append(stall_s)
+                progress(f"seed {seed} {scenario.name} {system}: the client stood still "
+                         f"{stall_s:.1f} s; played again")
             run_dir = out / "runs" / scenario.name / f"seed{seed}" / system.replace(":", "_")
             write_requests(run_dir / "requests.jsonl", records, replies, requests)
             (run_dir / "policies_metrics.txt").write_text(policy_metrics(server))
-            metrics = run_metrics(records, replies, window_s=scenario.window_s(arrivals))
+            metrics = {**run_metrics(records, replies, window_s=scenario.window_s(arrivals),
+                                     stalls=stalls), "stall_s_dropped": dropped}
             runs.setdefault(scenario.name, {}).setdefault(str(seed), {})[system] = metrics
             progress(f"seed {seed} {scenario.name} {system}: "
                      f"{metrics['admitted']}/{metrics['offered']} admitted, attainment "
@@ -299,6 +323,7 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
     return {"config": {"seeds": list(settings.seeds), "systems": systems,
                        "scenarios": scenarios, "drain_s": settings.drain_s,
                        "server_per_run": settings.server_per_run,
+                       "stall_retries": settings.stall_retries,
                        "scale": attrs.asdict(settings.scale), "model": model,
                        "slo_declaration": DECLARATION},
             "capacity": capacity, "runs": runs,

@@ -74,11 +74,13 @@ def _p99(values: Sequence[float]) -> float | None:
 
 
 def run_metrics(records: Sequence[RequestRecord], replies: Sequence[HttpReply], *,
-                window_s: float, spec: SLOSpec = SPEC) -> dict:
+                window_s: float, spec: SLOSpec = SPEC,
+                stalls: Sequence[tuple[float, float]] = ()) -> dict:
     """One run's figures (see the module docs for what counts as admitted and met).
 
     ``rejected_in_time_share``: of the rejected requests, those answered within their
-    class's TTFT target (a rejection a client can still act on).
+    class's TTFT target (a rejection a client can still act on). ``stall_s``: the seconds
+    the client stood still during the run (``stalls``: a `StallWatch`'s, (start, seconds)).
     """
     if window_s <= 0:
         raise ValueError(f"window_s must be > 0, got {window_s}")
@@ -116,6 +118,8 @@ def run_metrics(records: Sequence[RequestRecord], replies: Sequence[HttpReply], 
         "statuses": {str(k): v for k, v in Counter(reply.status for reply in replies).items()},
         "by_class": by_class, "by_tenant": by_tenant,
         "client_send_lag_p99_s": _p99(lags),
+        "stall_s": sum(seconds for _start, seconds in stalls),
+        "stall_longest_s": max((seconds for _start, seconds in stalls), default=0.0),
     }
 
 

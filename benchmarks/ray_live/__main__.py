@@ -25,7 +25,6 @@ per seed (`judge`). Writes ``OUT/summary.json`` and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import time
@@ -33,8 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from benchmarks.e2e_business_cases.live import LiveScale, free_port
-from benchmarks.e2e_business_cases.live_client import HttpReply, client_priority, play
-from benchmarks.live_slo.run import model_dir, search_capacity, write_requests
+from benchmarks.e2e_business_cases.live_client import HttpReply
+from benchmarks.live_slo.run import model_dir, play_run, search_capacity, write_requests
 from benchmarks.live_slo.summary import DECLARATION, run_metrics
 from benchmarks.live_slo.workload import build_requests, poisson_arrivals
 from benchmarks.soak import metric_sums
@@ -119,25 +118,23 @@ def deploy_router(router: str, model: str, scale: LiveScale) -> None:
 
 
 def play_once(url: str, model: str, rate_rps: float, duration_s: float, seed: int, *,
-              drain_s: float, prefix: str) -> tuple[list, list[HttpReply], list]:
-    """Poisson arrivals at ``rate_rps`` for ``duration_s`` through the app's ingress."""
+              drain_s: float, prefix: str) -> tuple[list, list[HttpReply], list, list]:
+    """Poisson arrivals at ``rate_rps`` for ``duration_s`` through the app's ingress, played
+    as the live SLO benchmark plays them (`play_run`); records, replies, requests, stalls."""
     arrivals = poisson_arrivals(rate_rps, duration_s, random.Random(f"{seed}:{prefix}"))
     requests = build_requests(arrivals, seed=seed, prefix=prefix)
-    replies = [HttpReply() for _ in requests]
-    with client_priority():  # as the live SLO benchmark: the client is not starved
-        records, _samples = asyncio.run(play(url, model, requests, with_priority=False,
-                                             drain_timeout_s=drain_s, replies=replies,
-                                             fresh_connections=True))
-    return records, replies, requests
+    records, replies, stalls = play_run(url, model, requests, with_priority=False,
+                                        drain_s=drain_s)
+    return records, replies, requests, stalls
 
 
 def measure_capacity(url: str, model: str, step_s: float, drain_s: float) -> dict:
     """`search_capacity` through the app's ingress."""
 
     def probe(rate: float, index: int) -> dict:
-        records, replies, _ = play_once(url, model, rate, step_s, index, drain_s=drain_s,
-                                        prefix=f"cap{index}-")
-        return run_metrics(records, replies, window_s=step_s)
+        records, replies, _, stalls = play_once(url, model, rate, step_s, index,
+                                                drain_s=drain_s, prefix=f"cap{index}-")
+        return run_metrics(records, replies, window_s=step_s, stalls=stalls)
 
     return {**search_capacity(probe, lambda line: print(line, flush=True)), "step_s": step_s}
 
@@ -179,12 +176,14 @@ def main(argv: list[str] | None = None) -> dict:
             deploy_router(router, model, scale)
             for seed in seeds:
                 before = metric_sums(url, COUNTERS)
-                records, replies, requests = play_once(url, model, rate, args.duration_s, seed,
-                                                       drain_s=args.drain_s, prefix="live-")
+                records, replies, requests, stalls = play_once(
+                    url, model, rate, args.duration_s, seed, drain_s=args.drain_s,
+                    prefix="live-")
                 after = metric_sums(url, COUNTERS)
                 write_requests(args.out / "runs" / str(seed) / router / "requests.jsonl",
                                records, replies, requests)
-                metrics = run_metrics(records, replies, window_s=args.duration_s)
+                metrics = run_metrics(records, replies, window_s=args.duration_s,
+                                      stalls=stalls)
                 metrics.update(counter_deltas(router, before, after))
                 summary["runs"].setdefault(str(seed), {})[router] = metrics
                 print(f"seed {seed} {router}: {metrics['admitted']}/{metrics['offered']} "

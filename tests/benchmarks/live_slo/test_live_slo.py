@@ -4,6 +4,7 @@ client-side judgement of each run, the goals and the run order."""
 import json
 import random
 import statistics
+import time
 from types import SimpleNamespace
 
 import attrs
@@ -22,6 +23,7 @@ from benchmarks.live_slo.workload import (
     poisson_arrivals,
 )
 from benchmarks.replay.records import RequestRecord
+from benchmarks.replay.trace import TraceRequest
 
 
 def test_poisson_arrivals_are_ascending_in_the_window_and_average_the_rate():
@@ -181,6 +183,9 @@ def test_the_command_line_builds_the_settings_and_the_table_reads_a_summary():
          "4"]))
     assert settings.seeds == (1, 2) and settings.queue_waits_s == ()
     assert settings.capacity_rps == 4 and settings.scenarios == QUICK.scenarios
+    assert settings.stall_retries == 0
+    assert settings_from(build_parser().parse_args(
+        ["--out", "x", "--stall-retries", "2"])).stall_retries == 2
     chosen = settings_from(build_parser().parse_args(["--out", "x", "--scenarios", "4x,2x"]))
     assert [scenario.name for scenario in chosen.scenarios] == ["4x", "2x"]
     with pytest.raises(SystemExit, match="unknown 3x"):
@@ -257,3 +262,29 @@ def test_capacity_rises_until_goodput_falls_then_bisects_toward_the_peak():
     assert rates[9] == pytest.approx((rates[8] * coarse[7]) ** 0.5)  # 30.9: over, fell
     assert found["capacity_rps"] == pytest.approx(rates[8])
     assert found["peak_goodput_rps"] == pytest.approx(rates[8])
+
+
+def test_a_stall_the_client_lives_through_is_recorded_and_reported():
+    from benchmarks.e2e_business_cases.live_client import StallWatch
+
+    def hold_the_interpreter(seconds):  # one C call: no other thread runs meanwhile
+        n = 10**6
+        started = time.perf_counter()
+        sum(range(n))
+        per = (time.perf_counter() - started) / n
+        sum(range(int(seconds / per)))
+
+    with StallWatch() as quiet:
+        time.sleep(0.3)
+    with StallWatch() as held:
+        time.sleep(0.05)
+        hold_the_interpreter(0.8)
+    assert quiet.stall_s == 0 and quiet.stalls == []
+    assert len(held.stalls) == 1 and 0.4 < held.stall_s == held.longest_s < 5
+    record = RequestRecord.offered(TraceRequest(request_id="a", arrival_s=0.0,
+                                                prompt_tokens=10, output_tokens=4))
+    record.finish("rejected", 0.1, "rejected:queue_full")
+    metrics = run_metrics([record], [HttpReply(status=503)], window_s=1.0,
+                          stalls=held.stalls)
+    assert metrics["stall_s"] == held.stall_s and metrics["stall_longest_s"] == held.longest_s
+    assert run_metrics([record], [HttpReply(status=503)], window_s=1.0)["stall_s"] == 0
