@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from benchmarks.live_slo.plots import FIGURES, plot_all
 from benchmarks.live_slo.run import QUEUE_WAIT_S, STOCK, Settings, run_benchmark
-from benchmarks.live_slo.summary import NOISY_TEAM_SHARES, SLO_SYSTEM
+from benchmarks.live_slo.summary import NOISY_TEAM_SHARES, SLO_SYSTEM, STALL_LIMIT_S
 from benchmarks.live_slo.workload import Scenario
 
 
@@ -110,6 +110,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return attrs.evolve(settings, **changes)
 
 
+def stalled(goal: dict) -> str:
+    """`` (the client stood still N s)`` where a goal's runs stood still over
+    `STALL_LIMIT_S`, else nothing."""
+    stall_s = goal.get("stall_s", 0.0)
+    return f" (the client stood still {stall_s:.1f} s)" if stall_s > STALL_LIMIT_S else ""
+
+
 def console_table(summary: dict) -> str:
     """Per scenario and system: admitted/offered, attainment and goodput (mean over seeds)."""
     lines = [f"capacity {summary['capacity']['capacity_rps']:.2f} req/s",
@@ -136,7 +143,8 @@ def console_table(summary: dict) -> str:
         bound = "-" if goal["bound"] is None else f"{goal['bound']:.3f}"
         lines.append(f"{'met   ' if goal['met'] else 'MISSED'} {goal['scenario']:<15} seed "
                      f"{goal['seed']}: {goal['goal']}: {value} (bound {bound}"
-                     f"{', best stock ' + goal['best_stock'] if goal['best_stock'] else ''})")
+                     f"{', best stock ' + goal['best_stock'] if goal['best_stock'] else ''})"
+                     f"{stalled(goal)}")
     return "\n".join(lines)
 
 

@@ -48,6 +48,7 @@ from benchmarks.e2e_business_cases.live_client import (
 from benchmarks.live_slo.summary import (
     DECLARATION,
     SLO_SYSTEM,
+    STALL_LIMIT_S,
     evaluate_goals,
     run_metrics,
 )
@@ -69,9 +70,6 @@ CAPACITY_DROP = 0.8
 """Stop raising the rate once goodput falls below this share of the peak."""
 CAPACITY_REFINE = 2
 """Bisections between the peak rate and the next one probed (each narrows it by half)."""
-STALL_RERUN_S = 1.0
-"""A run in which the client stood still longer than this (`StallWatch`) is played again
-while ``stall_retries`` allow."""
 CONTENTION_MAX_S = 900.0
 """The busy-loop child's own time limit, should the benchmark die without stopping it."""
 
@@ -134,7 +132,7 @@ class Settings:
     """Skip the capacity measurement and use this."""
     stall_retries: int = 0
     """Play a run again (same arrivals, same server) while the client stood still longer
-    than `STALL_RERUN_S` in it, at most this many times; the last play is kept and the
+    than `STALL_LIMIT_S` in it, at most this many times; the last play is kept and the
     stalls of the ones dropped are recorded (``stall_s_dropped``)."""
     scale: LiveScale = LiveScale()
 
@@ -300,7 +298,7 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
                         server.url, served, requests, with_priority=sends_priority(system),
                         drain_s=settings.drain_s)
                 stall_s = sum(seconds for _start, seconds in stalls)
-                if stall_s <= STALL_RERUN_S or len(dropped) >= settings.stall_retries:
+                if stall_s <= STALL_LIMIT_S or len(dropped) >= settings.stall_retries:
                     break
                 dropped.append(stall_s)
                 progress(f"seed {seed} {scenario.name} {system}: the client stood still "

@@ -11,7 +11,13 @@ import attrs
 import pytest
 
 from benchmarks.e2e_business_cases.live_client import HttpReply
-from benchmarks.live_slo.__main__ import QUICK, build_parser, console_table, settings_from
+from benchmarks.live_slo.__main__ import (
+    QUICK,
+    build_parser,
+    console_table,
+    settings_from,
+    stalled,
+)
 from benchmarks.live_slo.plots import load_series
 from benchmarks.live_slo.run import queue_cap_systems, run_order, search_capacity
 from benchmarks.live_slo.summary import SPEC, evaluate_goals, judged_class, run_metrics
@@ -145,8 +151,8 @@ def test_goals_hold_the_preset_to_the_best_stock_system_on_every_seed():
                  "2x-busy": {"load": 2.0, "contention": True}}
     runs = {
         "1x": {"0": {"slo": _metrics(0.99, 9.8), "fcfs": _metrics(1.0, 10.0)}},
-        "2x": {"0": {"slo": _metrics(0.96, 12.0), "fcfs": _metrics(0.5, 8.0),
-                     "priority": _metrics(0.7, 12.5)},
+        "2x": {"0": {"slo": _metrics(0.96, 12.0), "fcfs": {**_metrics(0.5, 8.0), "stall_s": 9.0},
+                     "priority": {**_metrics(0.7, 12.5), "stall_s": 2.5}},
                "1": {"fcfs": _metrics(0.5, 8.0)}},  # no slo run: no goal
         "burst": {"0": {"slo": _metrics(0.97, 30.0, in_time=0.99), "fcfs": _metrics(0.2, 5)}},
         "2x-busy": {"0": {"slo": _metrics(0.94, 9.0), "fcfs": _metrics(0.4, 5.0)}},
@@ -158,6 +164,10 @@ def test_goals_hold_the_preset_to_the_best_stock_system_on_every_seed():
     assert goals[("2x", "admitted attainment")]["met"]
     best = goals[("2x", "goodput >= best stock")]
     assert (best["met"], best["best_stock"], best["bound"]) == (False, "priority", 12.5)
+    # the goal says how long the client stood still in the runs it compares (not fcfs's)
+    assert best["stall_s"] == 2.5 and goals[("2x", "admitted attainment")]["stall_s"] == 0
+    assert stalled(best) == " (the client stood still 2.5 s)"
+    assert stalled(goals[("2x", "admitted attainment")]) == ""
     assert goals[("burst", "admitted attainment")]["met"]
     assert not goals[("burst", "rejections within their TTFT target")]["met"]
     assert not goals[("2x-busy", "admitted attainment")]["met"]
