@@ -238,6 +238,7 @@ class ClassConcurrencyLimits:
 
     _limits: dict[float, ConcurrencyLimit] = attrs.field(init=False, repr=False)
     """Target -> its limit, shortest first."""
+    _by_class: dict[str, ConcurrencyLimit] = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if not self.ttft_s:
@@ -248,11 +249,12 @@ class ClassConcurrencyLimits:
                 raise ValueError(f"ttft_s[{name!r}] must be a finite number > 0, "
                                  f"got {target!r}")
         self._limits = {target: self.limit() for target in sorted(set(self.ttft_s.values()))}
+        self._by_class = {name: self._limits[target] for name, target in self.ttft_s.items()}
 
     @property
     def limits(self) -> Mapping[str, ConcurrencyLimit]:
         """Class -> its limit (one object for classes with the same target)."""
-        return {name: self._limits[target] for name, target in self.ttft_s.items()}
+        return self._by_class
 
     @property
     def in_flight(self) -> int:
