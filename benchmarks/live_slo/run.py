@@ -156,15 +156,15 @@ def sends_priority(system: str) -> bool:
 
 
 def play_run(url: str, model: str, requests: list[LiveRequest], *, with_priority: bool,
-             drain_s: float) -> tuple[list, list[HttpReply], list[tuple[float, float]]]:
+             drain_s: float) -> tuple[list, list[HttpReply], StallWatch]:
     """Stream ``requests`` at their arrival times, one connection each, at the client's raised
-    priority; records, replies and the stalls the client lived through (`StallWatch`)."""
+    priority; records, replies and the stalls the client lived through."""
     replies = [HttpReply() for _ in requests]
     with client_priority(), StallWatch() as watch:
         records, _samples = asyncio.run(play(
             url, model, requests, with_priority=with_priority, drain_timeout_s=drain_s,
             replies=replies, fresh_connections=True))
-    return records, replies, watch.stalls
+    return records, replies, watch
 
 
 def write_requests(path: Path, records: Sequence, replies: Sequence[HttpReply],
@@ -240,12 +240,12 @@ def measure_capacity(settings: Settings, *, model: str, out: Path,
         def probe(rate: float, index: int) -> dict:
             arrivals = poisson_arrivals(rate, settings.capacity_step_s, random.Random(index))
             requests = build_requests(arrivals, seed=index, prefix=f"cap{index}-")
-            records, replies, stalls = play_run(server.url, served, requests,
+            records, replies, watch = play_run(server.url, served, requests,
                                                 with_priority=False, drain_s=settings.drain_s)
             write_requests(out / "capacity" / f"step{index}" / "requests.jsonl", records,
                            replies, requests)
             return run_metrics(records, replies, window_s=settings.capacity_step_s,
-                               stalls=stalls)
+                               stalls=watch.stalls)
 
         return {**search_capacity(probe, progress), "step_s": settings.capacity_step_s}
 
@@ -294,20 +294,19 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
             dropped = []
             while True:
                 with Contention() if scenario.contention else contextlib.nullcontext():
-                    records, replies, stalls = play_run(
+                    records, replies, watch = play_run(
                         server.url, served, requests, with_priority=sends_priority(system),
                         drain_s=settings.drain_s)
-                stall_s = sum(seconds for _start, seconds in stalls)
-                if stall_s <= STALL_LIMIT_S or len(dropped) >= settings.stall_retries:
+                if watch.stall_s <= STALL_LIMIT_S or len(dropped) >= settings.stall_retries:
                     break
-                dropped.append(stall_s)
+                dropped.append(watch.stall_s)
                 progress(f"seed {seed} {scenario.name} {system}: the client stood still "
-                         f"{stall_s:.1f} s; played again")
+                         f"{watch.stall_s:.1f} s; played again")
             run_dir = out / "runs" / scenario.name / f"seed{seed}" / system.replace(":", "_")
             write_requests(run_dir / "requests.jsonl", records, replies, requests)
             (run_dir / "policies_metrics.txt").write_text(policy_metrics(server))
             metrics = {**run_metrics(records, replies, window_s=scenario.window_s(arrivals),
-                                     stalls=stalls), "stall_s_dropped": dropped}
+                                     stalls=watch.stalls), "stall_s_dropped": dropped}
             runs.setdefault(scenario.name, {}).setdefault(str(seed), {})[system] = metrics
             progress(f"seed {seed} {scenario.name} {system}: "
                      f"{metrics['admitted']}/{metrics['offered']} admitted, attainment "

@@ -120,12 +120,13 @@ def deploy_router(router: str, model: str, scale: LiveScale) -> None:
 def play_once(url: str, model: str, rate_rps: float, duration_s: float, seed: int, *,
               drain_s: float, prefix: str) -> tuple[list, list[HttpReply], list, list]:
     """Poisson arrivals at ``rate_rps`` for ``duration_s`` through the app's ingress, played
-    as the live SLO benchmark plays them (`play_run`); records, replies, requests, stalls."""
+    as the live SLO benchmark plays them (`play_run`); records, replies, requests and the
+    stalls the client lived through (`StallWatch.stalls`)."""
     arrivals = poisson_arrivals(rate_rps, duration_s, random.Random(f"{seed}:{prefix}"))
     requests = build_requests(arrivals, seed=seed, prefix=prefix)
-    records, replies, stalls = play_run(url, model, requests, with_priority=False,
-                                        drain_s=drain_s)
-    return records, replies, requests, stalls
+    records, replies, watch = play_run(url, model, requests, with_priority=False,
+                                       drain_s=drain_s)
+    return records, replies, requests, watch.stalls
 
 
 def measure_capacity(url: str, model: str, step_s: float, drain_s: float) -> dict:

@@ -239,6 +239,8 @@ class ClassConcurrencyLimits:
     _limits: dict[float, ConcurrencyLimit] = attrs.field(init=False, repr=False)
     """Target -> its limit, shortest first."""
     _by_class: dict[str, ConcurrencyLimit] = attrs.field(init=False, repr=False)
+    _counting: dict[float, tuple[ConcurrencyLimit, ...]] = attrs.field(init=False, repr=False)
+    """Target -> the limits that count its requests: its own first, then the longer ones."""
 
     def __attrs_post_init__(self) -> None:
         if not self.ttft_s:
@@ -250,6 +252,8 @@ class ClassConcurrencyLimits:
                                  f"got {target!r}")
         self._limits = {target: self.limit() for target in sorted(set(self.ttft_s.values()))}
         self._by_class = {name: self._limits[target] for name, target in self.ttft_s.items()}
+        self._counting = {target: tuple(limit for other, limit in self._limits.items()
+                                        if other >= target) for target in self._limits}
 
     @property
     def limits(self) -> Mapping[str, ConcurrencyLimit]:
@@ -267,13 +271,13 @@ class ClassConcurrencyLimits:
         target = self.ttft_s[slo_class]
         decision = self._limits[target].acquire(tenant)
         if decision.admitted:
-            for other in self._counting(target)[1:]:
+            for other in self._counting[target][1:]:
                 other.hold(tenant)
         return decision
 
     def release(self, slo_class: str, held_s: float, tenant: str = "") -> None:
         """An admitted request of ``slo_class`` left after ``held_s`` seconds in flight."""
-        for limit in self._counting(self.ttft_s[slo_class]):
+        for limit in self._counting[self.ttft_s[slo_class]]:
             limit.release(held_s, tenant)
 
     def report(self, slo_class: str, *, late: bool, entered_s: float, now: float) -> None:
@@ -283,10 +287,6 @@ class ClassConcurrencyLimits:
     def stats(self) -> dict[str, ConcurrencyLimitStats]:
         """Class -> a snapshot of its limit."""
         return {name: limit.stats() for name, limit in self.limits.items()}
-
-    def _counting(self, target: float) -> list[ConcurrencyLimit]:
-        """The limits that count a request of ``target``: its own first, then the longer."""
-        return [limit for other, limit in self._limits.items() if other >= target]
 
     def check_invariants(self) -> None:
         """Each limit's own invariants; a longer target's limit counts at least the requests
