@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="play a run again, up to this many times, while the client "
                              "stood still over 1 s in it (a virtual machine paused by its "
                              "host; the stalls of every play are recorded)")
+    parser.add_argument("--fresh-connections", action="store_true",
+                        help="send each request on a connection of its own (default: "
+                             "connections kept alive and reused, as an SDK's pool does)")
     parser.add_argument("--server-per-system", action="store_true",
                         help="one server per seed and system, reused across scenarios "
                              "(--quick does this; the full run starts one per run)")
@@ -107,6 +110,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if args.stall_retries < 0:
         raise SystemExit(f"--stall-retries must be >= 0, got {args.stall_retries}")
     changes["stall_retries"] = args.stall_retries
+    changes["fresh_connections"] = args.fresh_connections
     return attrs.evolve(settings, **changes)
 
 

@@ -134,6 +134,8 @@ class Settings:
     """Play a run again (same arrivals, same server) while the client stood still longer
     than `STALL_LIMIT_S` in it, at most this many times; the last play is kept and the
     stalls of the ones dropped are recorded (``stall_s_dropped``)."""
+    fresh_connections: bool = False
+    """Each request on a connection of its own; False: connections kept alive and reused."""
     scale: LiveScale = LiveScale()
 
 
@@ -156,14 +158,16 @@ def sends_priority(system: str) -> bool:
 
 
 def play_run(url: str, model: str, requests: list[LiveRequest], *, with_priority: bool,
-             drain_s: float) -> tuple[list, list[HttpReply], StallWatch]:
-    """Stream ``requests`` at their arrival times, one connection each, at the client's raised
-    priority; records, replies and the stalls the client lived through."""
+             drain_s: float, fresh_connections: bool = False,
+             ) -> tuple[list, list[HttpReply], StallWatch]:
+    """Stream ``requests`` at their arrival times at the client's raised priority, over
+    kept-alive connections (as an SDK's pool does) or one connection each
+    (``fresh_connections``); records, replies and the stalls the client lived through."""
     replies = [HttpReply() for _ in requests]
     with client_priority(), StallWatch() as watch:
         records, _samples = asyncio.run(play(
             url, model, requests, with_priority=with_priority, drain_timeout_s=drain_s,
-            replies=replies, fresh_connections=True))
+            replies=replies, fresh_connections=fresh_connections))
     return records, replies, watch
 
 
@@ -240,8 +244,9 @@ def measure_capacity(settings: Settings, *, model: str, out: Path,
         def probe(rate: float, index: int) -> dict:
             arrivals = poisson_arrivals(rate, settings.capacity_step_s, random.Random(index))
             requests = build_requests(arrivals, seed=index, prefix=f"cap{index}-")
-            records, replies, watch = play_run(server.url, served, requests,
-                                                with_priority=False, drain_s=settings.drain_s)
+            records, replies, watch = play_run(
+                server.url, served, requests, with_priority=False, drain_s=settings.drain_s,
+                fresh_connections=settings.fresh_connections)
             write_requests(out / "capacity" / f"step{index}" / "requests.jsonl", records,
                            replies, requests)
             return run_metrics(records, replies, window_s=settings.capacity_step_s,
@@ -296,7 +301,7 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
                 with Contention() if scenario.contention else contextlib.nullcontext():
                     records, replies, watch = play_run(
                         server.url, served, requests, with_priority=sends_priority(system),
-                        drain_s=settings.drain_s)
+                        drain_s=settings.drain_s, fresh_connections=settings.fresh_connections)
                 if watch.stall_s <= STALL_LIMIT_S or len(dropped) >= settings.stall_retries:
                     break
                 dropped.append(watch.stall_s)
@@ -321,6 +326,7 @@ def run_benchmark(out: Path, settings: Settings, *, progress: Callable[[str], No
                        "scenarios": scenarios, "drain_s": settings.drain_s,
                        "server_per_run": settings.server_per_run,
                        "stall_retries": settings.stall_retries,
+                       "fresh_connections": settings.fresh_connections,
                        "scale": attrs.asdict(settings.scale), "model": model,
                        "slo_declaration": DECLARATION},
             "capacity": capacity, "runs": runs,

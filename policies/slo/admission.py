@@ -106,6 +106,11 @@ class SLOAdmission:
     waits the model does not see) lower it, earlier ones (a pessimistic model) raise it."""
     min_headroom: float = attrs.field(default=0.25, validator=finite_positive)
     max_headroom: float = attrs.field(default=1.0, validator=finite_positive)
+    feedback_memory_s: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(finite_positive))
+    """The feedback forgets errors older than this (`HeadroomFeedback.memory_s`): after a
+    transient the headroom returns to what the requests admitted since then show. None:
+    only ``feedback_window`` bounds them."""
     grants: ClassGrants | None = None
     """The classes each tenant may be judged in by length (`resolve_class`)."""
     path: PathDelays | None = attrs.field(
@@ -164,11 +169,15 @@ class SLOAdmission:
         check_class_tables(self.slos, length_classes=self.length_classes,
                            tenant_classes=self.tenant_classes,
                            protected_classes=self.protected_classes, demotions=self.demotions)
-        ttft, tpot = (HeadroomFeedback(headroom=headroom, window=self.feedback_window,
-                                       min_headroom=self.min_headroom,
-                                       max_headroom=self.max_headroom)
-                      for headroom in (self.headroom, self.tpot_headroom))
-        self._feedback = PredictionFeedback(ttft=ttft, tpot=tpot, path=self.path)
+        def feedback(headroom: float) -> HeadroomFeedback:
+            return HeadroomFeedback(headroom=headroom, window=self.feedback_window,
+                                    min_headroom=self.min_headroom,
+                                    max_headroom=self.max_headroom,
+                                    memory_s=self.feedback_memory_s)
+
+        self._feedback = PredictionFeedback(
+            ttft={cls: feedback(self.headroom) for cls in self.slos},
+            tpot=feedback(self.tpot_headroom), path=self.path)
         self._step_room = StepRoom(
             step_model=self.step_model, ledger=self.ledger,
             floor_tokens=self.max_prefill_tokens_per_step,
@@ -222,10 +231,11 @@ class SLOAdmission:
                                         self.ledger.decoding_context_tokens)
         return per_step / step_s, step_s
 
-    def _due(self, request: RequestView, target: SLOTarget, egress_s: float) -> float:
-        """When the engine must produce ``request``'s first token: its deadline at the
-        headroom in force, less the egress delay."""
-        return request.arrival_s + self._feedback.ttft.value * target.ttft_s - egress_s
+    def _due(self, request: RequestView, cls: str, egress_s: float) -> float:
+        """When the engine must produce ``request``'s first token in class ``cls``: its
+        deadline at the class's headroom in force, less the egress delay."""
+        return (request.arrival_s + self._feedback.ttft[cls].value * self.slos[cls].ttft_s
+                - egress_s)
 
     def _first_token(self, request_id: str, now: float) -> None:
         """The engine produced ``request_id``'s first token: feedback from here, or, once the
@@ -303,7 +313,7 @@ class SLOAdmission:
         target = self.slos[cls] if cls is not None else None
         if target is None:
             return math.inf
-        due = self._due(request, target, self.egress_s(load.now))
+        due = self._due(request, cls, self.egress_s(load.now))
         share, lead, over_in = self._placement(request, cls, load.now)
         late, _ = self._late(load, due, share, self._work(request),
                              self.kv_ready_s(request, load), lead, "" if over_in else cls)
@@ -389,7 +399,7 @@ class SLOAdmission:
             if cls is None:
                 continue
             goal = self.slos[cls]
-            due = self._due(request, goal, egress)
+            due = self._due(request, cls, egress)
             share, lead, over_in = self._placement(request, cls, load.now)
             own_late, added = self._late(load, due, share, tokens, kv_ready, lead,
                                          "" if over_in else cls)
@@ -416,6 +426,7 @@ class SLOAdmission:
         self._now = max(self._now, load.now)
         if self.path is not None:
             self.path.observe_ingress(request.arrival_s, load.now)
+        self._feedback.expire(load.now)
         decision = self.decide(request, load)
         if decision.verdict is SLOVerdict.REJECT:
             self._rejected[decision.reason] = self._rejected.get(decision.reason, 0) + 1
@@ -430,7 +441,8 @@ class SLOAdmission:
             self._admitted += 1
         if decision.ttft_s is not None and (self.feedback_window or self.path is not None):
             target = self.slos[decision.slo_class]
-            self._feedback.on_decided(request.request_id, ttft_s=decision.ttft_s,
+            self._feedback.on_decided(request.request_id, slo_class=decision.slo_class,
+                                      ttft_s=decision.ttft_s,
                                       ttft_target_s=target.ttft_s, egress_s=decision.egress_s,
                                       tpot_s=decision.tpot_s, tpot_target_s=target.tpot_s)
         return AdmissionDecision.accept()
@@ -448,7 +460,7 @@ class SLOAdmission:
                 self._asked_class[request.request_id] = own
             egress = self._feedback.on_admitted(request.request_id, request.arrival_s)
             share, lead, over_in = self._placement(request, cls, now)
-            self._deadlines[request.request_id] = (self._due(request, target, egress) + lead,
+            self._deadlines[request.request_id] = (self._due(request, cls, egress) + lead,
                                                    share, lead, over_in)
             if self.fairness is not None:
                 self.fairness.on_admitted(request.request_id, request.tenant, cls,
@@ -469,11 +481,15 @@ class SLOAdmission:
 
     def stats(self) -> SLOAdmissionStats:
         """A frozen snapshot (see `SLOAdmissionStats`)."""
+        ttft = self._feedback.ttft
+        errors = [f.error_p90 for f in ttft.values() if f.error_p90 is not None]
         return SLOAdmissionStats(admitted=self._admitted, demoted=self._demoted,
                                  rejected=dict(self._rejected), unclassified=self._unclassified,
                                  tracked=len(self._deadlines),
-                                 headroom=self._feedback.ttft.value,
-                                 ttft_error_p90=self._feedback.ttft.error_p90,
+                                 headroom=min((f.value for f in ttft.values()),
+                                              default=self.headroom),
+                                 ttft_error_p90=max(errors, default=None),
+                                 class_headrooms={cls: f.value for cls, f in ttft.items()},
                                  path=None if self.path is None else self.path.stats(self._now),
                                  tpot_headroom=self._feedback.tpot.value,
                                  tpot_error_p90=self._feedback.tpot.error_p90)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 
 import attrs
 
@@ -50,12 +51,12 @@ class SLOAdmissionStats:
     tracked: int
     """Admitted requests whose deadline the admission test still weighs."""
     headroom: float
-    """The headroom in force: the configured one, corrected by how late admitted requests'
-    first tokens have come against their predictions (`SLOAdmission.feedback_window`)."""
+    """The lowest class's first-token headroom in force (see ``class_headrooms``)."""
     ttft_error_p90: float | None
-    """90th percentile of ``(measured - predicted TTFT) / TTFT target`` over the recent
-    admitted requests (None before any); measured where the client's first token leaves
-    the server once `PathDelays` hears of it, else where the engine produces it."""
+    """The highest class's 90th percentile of ``(measured - predicted TTFT) / TTFT target``
+    over its recent admitted requests (None before any); measured where the client's first
+    token leaves the server once `PathDelays` hears of it, else where the engine produces
+    it."""
     path: PathDelaysStats | None = None
     """The learned path around the engine step (None without ``path``)."""
     tpot_headroom: float = 1.0
@@ -64,3 +65,7 @@ class SLOAdmissionStats:
     tpot_error_p90: float | None = None
     """90th percentile of ``(client TPOT - predicted TPOT) / TPOT target`` over the recent
     admitted streams (None before any client report)."""
+    class_headrooms: Mapping[str, float] = attrs.field(factory=dict)
+    """Class -> its first-token headroom in force: the configured one, corrected by how late
+    the class's admitted requests' first tokens have come against their predictions
+    (`SLOAdmission.feedback_window`)."""

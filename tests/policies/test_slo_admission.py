@@ -379,9 +379,11 @@ def test_first_tokens_later_than_predicted_lower_the_headroom_and_earlier_ones_r
         stats = admission.stats()
         if late_by > 0:
             assert stats.ttft_error_p90 == pytest.approx(0.2)
-            assert stats.headroom == pytest.approx(0.7)
+            assert stats.headroom == stats.class_headrooms["bronze"] == pytest.approx(0.7)
         else:
-            assert stats.headroom == 1.0, "never more than the target itself"
+            assert stats.class_headrooms["bronze"] == 1.0, "never more than the target itself"
+        others = {cls: h for cls, h in stats.class_headrooms.items() if cls != "bronze"}
+        assert others and set(others.values()) == {0.9}, "another class's lateness is its own"
     admission.check_invariants()
 
 

@@ -10,28 +10,54 @@ from policies.slo.feedback import MIN_ERRORS, HeadroomFeedback
 
 @settings(max_examples=100, deadline=None)
 @given(headroom=st.floats(0.3, 1.2), window=st.integers(0, 40),
-       errors=st.lists(st.floats(-2.0, 2.0), max_size=80))
-def test_the_headroom_is_the_configured_one_less_the_p90_error_within_bounds(
-        headroom, window, errors):
+       memory_s=st.none() | st.floats(0.5, 20.0),
+       heard=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(-2.0, 2.0)), max_size=80))
+def test_the_headroom_is_the_configured_one_less_the_p90_of_the_errors_remembered(
+        headroom, window, memory_s, heard):
+    """Remembered: the last ``window`` errors, none older than ``memory_s``."""
     feedback = HeadroomFeedback(headroom=headroom, window=window, min_headroom=0.25,
-                                max_headroom=1.0)
-    for count, error in enumerate(errors, 1):
-        feedback.learn(error)
+                                max_headroom=1.0, memory_s=memory_s)
+    now, history = 0.0, []
+    for gap, error in heard:
+        now += gap
+        feedback.learn(error, now)
         feedback.check_invariants()
-        recent = errors[max(count - window, 0):count]
-        if window and count >= min(MIN_ERRORS, window):
+        history.append((now, error))
+        recent = [e for t, e in history[max(len(history) - window, 0):]
+                  if memory_s is None or t >= now - memory_s] if window else []
+        if window and len(recent) >= min(MIN_ERRORS, window):
             assert feedback.value == min(max(headroom - percentile(recent, 90), 0.25), 1.0)
-            assert feedback.error_p90 == percentile(recent, 90)
         else:
             assert feedback.value == headroom
-            assert feedback.error_p90 == (None if not window or not count
-                                          else percentile(recent, 90))
+        assert feedback.error_p90 == (percentile(recent, 90) if recent else None)
+
+
+def test_a_transient_is_forgotten_and_the_headroom_recovers_without_new_errors():
+    """Late first tokens lower the headroom; once they are older than ``memory_s`` it is the
+    configured one again, even if nothing was admitted meanwhile (no new errors)."""
+    feedback = HeadroomFeedback(headroom=0.9, window=200, min_headroom=0.05, memory_s=6.0)
+    for i in range(MIN_ERRORS):
+        feedback.learn(2.0, 1.0 + i * 0.01)
+    assert feedback.value == 0.05
+    feedback.expire(6.5)
+    assert feedback.value == 0.05  # still remembered
+    feedback.expire(7.5)
+    assert feedback.value == 0.9 and feedback.error_p90 is None
+    feedback.check_invariants()
+
+
+def test_without_memory_errors_last_until_the_window_replaces_them():
+    feedback = HeadroomFeedback(headroom=0.9, window=MIN_ERRORS, min_headroom=0.05)
+    for i in range(MIN_ERRORS):
+        feedback.learn(2.0, float(i))
+    feedback.expire(1e9)
+    assert feedback.value == 0.05
 
 
 def test_without_a_window_nothing_is_learned():
     feedback = HeadroomFeedback(headroom=0.9)
-    for _ in range(50):
-        feedback.learn(1.0)
+    for i in range(50):
+        feedback.learn(1.0, float(i))
     assert feedback.value == 0.9 and feedback.error_p90 is None
 
 
@@ -40,3 +66,5 @@ def test_bad_settings_name_the_field():
         HeadroomFeedback(headroom=0.0)
     with pytest.raises(ValueError, match="window"):
         HeadroomFeedback(headroom=1.0, window=-1)
+    with pytest.raises(ValueError, match="memory_s"):
+        HeadroomFeedback(headroom=1.0, memory_s=0.0)

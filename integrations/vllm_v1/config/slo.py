@@ -100,6 +100,9 @@ PROTECTED_HEADROOM = 0.8
 """A protected class's TPOT is held at 80 % of its target (room for the model's error)."""
 FEEDBACK_WINDOW = 200
 """The admitted requests whose first tokens correct the headroom (`SLOAdmission`)."""
+FEEDBACK_MEMORY_TARGETS = 3.0
+"""The feedback forgets errors older than three times the longest first-token target: by
+then every request admitted when they were measured has had its first token or missed it."""
 MIN_HEADROOM = 0.05
 """The feedback may lower the headroom this far: when first tokens keep coming late, the
 preset admits only what its model predicts well within the target (on a saturated machine,
@@ -386,6 +389,8 @@ def slo_slots(spec: SLOSpec | None = None) -> SLOSlots:
         tpot_headroom=HEADROOM, demotions=dict(spec.demotions), length_classes=lengths,
         tenant_classes=dict(spec.tenants), protected_classes=spec.protected,
         protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW,
+        feedback_memory_s=FEEDBACK_MEMORY_TARGETS * max(
+            target.ttft_s for target in classes.values()),
         protected_tpot_s={priority: PROTECTED_HEADROOM * tpot
                           for priority, tpot in spec.protected_priorities.items()},
         min_headroom=MIN_HEADROOM, max_headroom=MAX_HEADROOM, grants=grants,

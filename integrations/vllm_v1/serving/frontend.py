@@ -21,9 +21,8 @@ body's ``slo_class`` when declared, else its tenant's class, else the tightest d
   is answered 503, reason ``concurrency_limit``, ``Retry-After`` when a place frees up on
   average. A stream's first token is reported late when it left after `LATE_SHARE` of its
   class's TTFT target, and its end late when its time per output token was over that share
-  of the TPOT target; a request the engine refused as unable to meet its class's targets
-  (``slo_ttft``, ``slo_tpot``) counts as late too: the door learns to turn away cheaply what
-  the engine would refuse after the API server's whole path. Each report goes to the limit of
+  of the TPOT target. An engine refusal is neither: the engine's admission at work says
+  nothing of whether admitted requests are served on time. Each report goes to the limit of
   the class the request was judged in; a limit falls on lateness and grows back while on time
   (AIMD), so a tight class's lateness leaves the looser classes' limits alone.
   Non-streaming responses report nothing else; they hold a place while in flight.
@@ -37,7 +36,7 @@ stage), ``policies:frontend_service_rate`` (the learned completions per busy sec
 measured), ``policies:frontend_limit_rejections_total{slo_class}``,
 ``policies:frontend_concurrency_limit{slo_class}`` (each class's learned limit),
 ``policies:frontend_in_flight`` (every class)
-and ``policies:frontend_late_reports_total{what}`` (``ttft``, ``tpot`` or ``refused``).
+and ``policies:frontend_late_reports_total{what}`` (``ttft`` or ``tpot``).
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ import attrs
 from integrations.vllm_v1.config.slo import SLOSpec
 from integrations.vllm_v1.rejection import Rejection
 from integrations.vllm_v1.serving.asgi import Send, send_error
-from integrations.vllm_v1.serving.http_status import SLO_REASONS, with_judged_headers
+from integrations.vllm_v1.serving.http_status import with_judged_headers
 from integrations.vllm_v1.serving.http_validation import Forward
 from integrations.vllm_v1.serving.rejection_channel import Judged
 from integrations.vllm_v1.serving.routes import EngineRoute
@@ -132,8 +131,7 @@ class FrontendStage:
 
     def report(self, what: str, slo_class: str, *, late: bool, entered_s: float) -> None:
         """A request of ``slo_class``: its first token (``what="ttft"``) or stream (``"tpot"``)
-        was late or not, or the engine refused it for its class's targets (``"refused"``,
-        late)."""
+        was late or not."""
         self.limits.report(slo_class, late=late, entered_s=entered_s, now=self.clock())
         if late and self.metrics is not None:
             self.metrics.late.labels(what=what).inc()
@@ -203,10 +201,6 @@ class Visit:
         targets from now on."""
         if judged.slo_class in self.stage.ttft_s:
             self.slo_class = judged.slo_class
-
-    def refused(self, rejection: Rejection) -> None:
-        if self.slo_class is not None and rejection.reason in SLO_REASONS:
-            self.stage.report("refused", self.slo_class, late=True, entered_s=self.entered_s)
 
     async def admit(self, forward: Forward, route: EngineRoute, send: Send) -> Forward | None:
         """The checked request to pass on, or None when the door answered it with 503."""
@@ -295,5 +289,4 @@ def _metrics() -> _FrontendMetrics:
         in_flight=gauge("policies:frontend_in_flight", "Requests admitted at the door whose "
                         "response has not ended"),
         late=Counter("policies:frontend_late_reports", "Requests late for the concurrency limit: "
-                     "a stream's first token (ttft) or time per output token (tpot), or an "
-                     "engine refusal for the class's targets (refused)", ["what"]))
+                     "a stream's first token (ttft) or time per output token (tpot)", ["what"]))

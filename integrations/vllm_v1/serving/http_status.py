@@ -144,15 +144,13 @@ def sse_payloads(body: bytes) -> list[Any]:
 
 
 class StreamListener(Protocol):
-    """Told when a stream's first token leaves and when the stream ends (wall clock), and when
-    the engine refused the request."""
+    """Told when a stream's first token leaves and when the stream ends (wall clock), and of
+    the class the engine judged it in."""
 
     def first_token(self, sent_s: float) -> None: ...
 
     def stream_end(self, first_s: float, last_s: float, chunks: int) -> None:
         """``chunks``: the ``data:`` events after the first token's, plus one."""
-
-    def refused(self, rejection: Rejection) -> None: ...
 
     def judged(self, judged: Judged) -> None:
         """The class the engine judged the request in (once known, before its first token)."""
@@ -170,9 +168,6 @@ class TicketReports:
 
     def stream_end(self, first_s: float, last_s: float, chunks: int) -> None:
         self.book.report_stream_end(self.ticket, first_s, last_s, chunks)
-
-    def refused(self, rejection: Rejection) -> None:
-        """The engine knows its own rejections."""
 
     def judged(self, judged: Judged) -> None:
         """The engine judged it."""
@@ -268,8 +263,6 @@ class Responder:
     async def _answer(self, rejection: Rejection) -> None:
         self.holding = False
         self.answered = True
-        for listener in self.listeners:
-            listener.refused(rejection)
         judged = self._judged_now()
         if judged is None and rejection.reason in SLO_REASONS and rejection.detail:
             judged = Judged(rejection.detail)

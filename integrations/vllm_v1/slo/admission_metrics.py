@@ -1,9 +1,11 @@
 """`SLOAdmissionMetrics`: an ``admission`` slot whose ``stats()`` are `SLOAdmissionStats`
 (`SLOAdmission`, the ``slo`` preset) on ``/metrics``.
 
-Metrics: ``policies:slo_headroom`` (the headroom in force, the configured one corrected by
-the observed TTFT errors), ``policies:slo_ttft_error_p90`` (90th percentile of (measured -
-predicted TTFT) / target over the recent admitted requests), ``policies:slo_admitted_tracked``
+Metrics: ``policies:slo_class_headroom{slo_class}`` (each class's first-token headroom in
+force, the configured one corrected by its observed TTFT errors), ``policies:slo_headroom``
+(the lowest of them), ``policies:slo_ttft_error_p90`` (the highest class's 90th percentile of
+(measured - predicted TTFT) / target over its recent admitted requests),
+``policies:slo_admitted_tracked``
 (admitted requests whose first-token deadline admission still weighs),
 ``policies:slo_demotions_total``, and the learned path around the engine step
 (`PathDelays`): ``policies:slo_path_seconds{term}`` (``ingress``: arrival to the engine's
@@ -18,10 +20,13 @@ from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 from integrations.vllm_v1.metrics import PolicyMetrics, Series
 from policies import AdmissionPolicy, SLOAdmissionStats
 
-HEADROOM = Series("policies:slo_headroom", "SLO admission's headroom in force (configured, "
-                  "corrected by observed TTFT errors)")
+HEADROOM = Series("policies:slo_headroom", "SLO admission's lowest class headroom in force "
+                  "(configured, corrected by observed TTFT errors)")
+CLASS_HEADROOM = Series("policies:slo_class_headroom", "SLO admission's first-token headroom "
+                        "in force for a class (configured, corrected by the class's observed "
+                        "TTFT errors)", ("slo_class",))
 TTFT_ERROR = Series("policies:slo_ttft_error_p90", "p90 of (measured - predicted TTFT) / "
-                    "TTFT target over recent admitted requests")
+                    "TTFT target over recent admitted requests, the highest class's")
 TRACKED = Series("policies:slo_admitted_tracked", "Admitted requests whose first-token "
                  "deadline SLO admission still weighs")
 DEMOTIONS = Series("policies:slo_demotions", "Requests SLO admission demoted to a lower class",
@@ -36,7 +41,7 @@ PATH = Series("policies:slo_path_seconds", "p90 delay outside the engine step SL
               "the client)", ("term",))
 CLIENT_REPORTS = Series("policies:slo_path_client_reports",
                         "First tokens the API server reported leaving it", counter=True)
-SERIES = (HEADROOM, TTFT_ERROR, TRACKED, DEMOTIONS, TPOT_HEADROOM, TPOT_ERROR, PATH,
+SERIES = (HEADROOM, CLASS_HEADROOM, TTFT_ERROR, TRACKED, DEMOTIONS, TPOT_HEADROOM, TPOT_ERROR, PATH,
           CLIENT_REPORTS)
 
 
@@ -44,6 +49,8 @@ def report_slo_admission(metrics: PolicyMetrics, stats: SLOAdmissionStats) -> No
     """Set SLO admission's gauges and advance its counters to its totals."""
     metrics.declare(*SERIES)
     metrics.set(HEADROOM, stats.headroom)
+    for slo_class, headroom in stats.class_headrooms.items():
+        metrics.set(CLASS_HEADROOM, headroom, slo_class=slo_class)
     if stats.ttft_error_p90 is not None:
         metrics.set(TTFT_ERROR, stats.ttft_error_p90)
     metrics.set(TRACKED, stats.tracked)

@@ -193,9 +193,11 @@ def test_the_command_line_builds_the_settings_and_the_table_reads_a_summary():
          "4"]))
     assert settings.seeds == (1, 2) and settings.queue_waits_s == ()
     assert settings.capacity_rps == 4 and settings.scenarios == QUICK.scenarios
-    assert settings.stall_retries == 0
+    assert settings.stall_retries == 0 and not settings.fresh_connections
     assert settings_from(build_parser().parse_args(
         ["--out", "x", "--stall-retries", "2"])).stall_retries == 2
+    assert settings_from(build_parser().parse_args(
+        ["--out", "x", "--fresh-connections"])).fresh_connections
     chosen = settings_from(build_parser().parse_args(["--out", "x", "--scenarios", "4x,2x"]))
     assert [scenario.name for scenario in chosen.scenarios] == ["4x", "2x"]
     with pytest.raises(SystemExit, match="unknown 3x"):

@@ -548,9 +548,12 @@ def test_with_fairness_a_quiet_team_passes_the_door_a_noisy_team_filled():
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_an_engine_refusal_for_the_targets_counts_as_late_at_the_door(stream):
+def test_an_engine_refusal_leaves_the_doors_limit_alone(stream):
+    """The engine refusing a request (for its targets or a full queue) is its admission at
+    work, not lateness: the door's limit neither falls nor grows, and nothing counts late."""
     app, state = stand_in({"pipeline": "slo", "slo": {"classes": CLASSES}})
-    refused_before = gauge("policies:frontend_late_reports_total", what="refused")
+    late_before = {what: gauge("policies:frontend_late_reports_total", what=what)
+                   for what in ("ttft", "tpot")}
 
     async def scenario(client):
         state.held = asyncio.Event()
@@ -559,17 +562,18 @@ def test_an_engine_refusal_for_the_targets_counts_as_late_at_the_door(stream):
         held = [asyncio.create_task(post(client, {"hold": True, "slo_class": "slow"}))
                 for _ in range(3)]
         await until(lambda: limits.in_flight == 3)
-        unlimited = learned(limits)["slow"]
-        late = await post(client, {"slo_class": "slow", "reject": "slo_ttft:slow"}, stream)
+        refused = await post(client, {"slo_class": "slow", "reject": "slo_ttft:slow"}, stream)
+        after = learned(limits)["slow"]
         state.held.set()
         await asyncio.gather(*held)
-        return full, unlimited, late, learned(limits)["slow"]
+        return full, refused, after
 
-    full, unlimited, late, lowered = run(app, scenario)
-    assert full.status_code == late.status_code == 503
-    assert unlimited == 4096  # a full queue says nothing of the targets
-    assert lowered == 3  # four in flight when the engine refused it for its TTFT: 4 x 0.9
-    assert gauge("policies:frontend_late_reports_total", what="refused") - refused_before == 1
+    full, refused, after = run(app, scenario)
+    assert full.status_code == refused.status_code == 503
+    assert "slo_ttft" in refused.text and refused.headers["x-slo-class"] == "slow"
+    assert after == 4096
+    assert all(gauge("policies:frontend_late_reports_total", what=what) == before
+               for what, before in late_before.items())
 
 
 def test_without_the_slo_preset_there_is_no_gate():
