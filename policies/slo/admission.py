@@ -101,9 +101,10 @@ class SLOAdmission:
     min_retry_after_s: float = attrs.field(default=1.0, validator=finite_non_negative)
     max_retry_after_s: float = attrs.field(default=60.0, validator=finite_non_negative)
     feedback_window: int = attrs.field(default=0, validator=attrs.validators.ge(0))
-    """Correct ``headroom`` from the last this many admitted requests' first tokens (0: off;
-    `HeadroomFeedback`): first tokens later than predicted (a step model still learning,
-    waits the model does not see) lower it, earlier ones (a pessimistic model) raise it."""
+    """Correct ``headroom``, for each class apart, from the last this many of the class's
+    admitted requests' first tokens (0: off; `HeadroomFeedback`): first tokens later than
+    predicted (a step model still learning, waits the model does not see) lower it, earlier
+    ones (a pessimistic model) raise it."""
     min_headroom: float = attrs.field(default=0.25, validator=finite_positive)
     max_headroom: float = attrs.field(default=1.0, validator=finite_positive)
     feedback_memory_s: float | None = attrs.field(
