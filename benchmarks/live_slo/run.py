@@ -93,7 +93,9 @@ def start_system(system: str, scale: LiveScale, *, model: str, log_path: Path) -
 
 class Contention:
     """A CPU-bound child process (a busy loop, bounded by `CONTENTION_MAX_S`) while open,
-    stopped by its pid on exit."""
+    stopped by its pid on exit. It runs in a session of its own, as another job on a shared
+    node would: where the kernel groups CPU time by session (autogroup), a busy loop in the
+    client's session would compete with the client, not with the server."""
 
     def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
@@ -101,7 +103,7 @@ class Contention:
     def __enter__(self) -> Contention:
         code = (f"import time\nend = time.monotonic() + {CONTENTION_MAX_S}\n"
                 "while time.monotonic() < end:\n    pass\n")
-        self.process = subprocess.Popen([sys.executable, "-c", code])
+        self.process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         return self
 
     def __exit__(self, *_exc: object) -> None:

@@ -2,6 +2,7 @@
 client-side judgement of each run, the goals and the run order."""
 
 import json
+import os
 import random
 import statistics
 import time
@@ -19,7 +20,7 @@ from benchmarks.live_slo.__main__ import (
     stalled,
 )
 from benchmarks.live_slo.plots import load_series
-from benchmarks.live_slo.run import queue_cap_systems, run_order, search_capacity
+from benchmarks.live_slo.run import Contention, queue_cap_systems, run_order, search_capacity
 from benchmarks.live_slo.summary import SPEC, evaluate_goals, judged_class, run_metrics
 from benchmarks.live_slo.workload import (
     RAG_PROMPT_TOKENS,
@@ -300,3 +301,13 @@ def test_a_stall_the_client_lives_through_is_recorded_and_reported():
                           stalls=held.stalls)
     assert metrics["stall_s"] == held.stall_s and metrics["stall_longest_s"] == held.longest_s
     assert run_metrics([record], [HttpReply(status=503)], window_s=1.0)["stall_s"] == 0
+
+
+def test_the_contention_runs_in_a_session_of_its_own_and_stops_on_exit():
+    """A busy loop in the client's session would share the client's CPU group (autogroup),
+    not contend with the server."""
+    with Contention() as contention:
+        pid = contention.process.pid
+        assert contention.process.poll() is None
+        assert os.getsid(pid) == pid != os.getsid(0)
+    assert contention.process.poll() is not None
