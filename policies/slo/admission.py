@@ -483,7 +483,7 @@ class SLOAdmission:
     def stats(self) -> SLOAdmissionStats:
         """A frozen snapshot (see `SLOAdmissionStats`)."""
         ttft = self._feedback.ttft
-        errors = [f.error_p90 for f in ttft.values() if f.error_p90 is not None]
+        errors = [p90 for f in ttft.values() if (p90 := f.error_p90) is not None]
         return SLOAdmissionStats(admitted=self._admitted, demoted=self._demoted,
                                  rejected=dict(self._rejected), unclassified=self._unclassified,
                                  tracked=len(self._deadlines),

@@ -81,18 +81,22 @@ class HeadroomFeedback:
         if forgotten:
             self._correct()
 
+    def _corrected(self) -> bool:
+        """Whether enough errors are remembered to correct the headroom."""
+        return bool(self.window) and len(self._errors) >= min(MIN_ERRORS, self.window)
+
     def _correct(self) -> None:
-        if len(self._errors) < min(MIN_ERRORS, self.window):
-            self._value = self.headroom
-        else:
+        if self._corrected():
             self._value = min(max(self.headroom - self.error_p90, self.min_headroom),
                               self.max_headroom)
+        else:
+            self._value = self.headroom
 
     def check_invariants(self) -> None:
         """The configured headroom with too few errors remembered, within the bounds
         otherwise; bounded memory."""
         assert len(self._errors) <= self.window
-        if len(self._errors) >= min(MIN_ERRORS, self.window) and self.window:
+        if self._corrected():
             assert self.min_headroom <= self._value <= self.max_headroom
         else:
             assert self._value == self.headroom
