@@ -35,9 +35,12 @@ time a request holds its place over the limit (when a place frees up, on average
 `ClassConcurrencyLimits` keeps one such limit per SLO class, nested by first-token target, for
 a server that serves the earliest first-token deadline first: a class's limit counts the
 requests in flight of its own class and of every class with a target no longer than its own
-(the ones served ahead of it), and learns from its own class's reports only. A tight class's
-lateness then lowers its own limit, not a loose class's, and a loose class's requests may fill
-the places the tight class leaves.
+(the ones served ahead of it), falls on its own class's lateness only, and grows on the
+on-time reports of every request it counts. A tight class's lateness then lowers its own
+limit, not a loose class's, and a loose class's requests may fill the places the tight class
+leaves. Growing on the tighter classes' reports keeps a loose class from starving: once its
+limit fell below what the tight classes keep in flight, it would otherwise admit none of its
+own requests, hear no report, and never grow back.
 """
 
 from __future__ import annotations
@@ -199,6 +202,12 @@ class ConcurrencyLimit:
                 self._decreases += 1
             return
         self._on_time += 1
+        self.grow()
+
+    def grow(self) -> None:
+        """Additive increase: ``1 / limit`` while the limit binds (at least half of it in
+        flight). `report` calls it for each on-time report; a nesting calls it for an on-time
+        request the limit counts but does not learn lateness from."""
         if self._in_flight >= self._limit / 2:
             self._limit = min(float(self.max_limit), self._limit + 1 / self._limit)
 
@@ -281,8 +290,13 @@ class ClassConcurrencyLimits:
             limit.release(held_s, tenant)
 
     def report(self, slo_class: str, *, late: bool, entered_s: float, now: float) -> None:
-        """A request of ``slo_class`` was on time or ``late``: its target's limit learns."""
-        self._limits[self.ttft_s[slo_class]].report(late=late, entered_s=entered_s, now=now)
+        """A request of ``slo_class`` was on time or ``late``: its target's limit learns; on
+        time, every longer target's limit, which counts it, grows as well."""
+        own, *longer = self._counting[self.ttft_s[slo_class]]
+        own.report(late=late, entered_s=entered_s, now=now)
+        if not late:
+            for limit in longer:
+                limit.grow()
 
     def stats(self) -> dict[str, ConcurrencyLimitStats]:
         """Class -> a snapshot of its limit."""

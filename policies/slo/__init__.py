@@ -8,10 +8,12 @@ Three pieces, used together (`slo_pipeline` in the business case shows the compo
   policy that never caps: it hears every prefill chunk the scheduler grants and keeps each
   admitted request's remaining prefill tokens, and the requests decoding.
 * `SLOAdmission` (the ``admission`` slot) decides on arrival. With EDF on one server, a set
-  of requests meets its deadlines if and only if, for every request, the prefill work due no
-  later than it is done by its deadline; `SLOAdmission` admits a request when that test still
-  passes with it added (for it, and for every admitted request due after it that passed
-  before), with the prefill rate of `StepTimeModel` at the step's prefill bound. Its TPOT is
+  of requests meets its deadlines if and only if, for every request, the prefill work served
+  no later than it is done by its deadline; `SLOAdmission` admits a request when that test
+  still passes with it added (for it, and for every admitted request served after it that
+  passed before), with the prefill rate of `StepTimeModel` at the step's prefill bound, in
+  the order the ranker serves, and with the tighter classes' arrivals still to come planned
+  ahead of it (`TighterArrivals`). Its TPOT is
   predicted as one step, ``step_s(running + 1, prefill per step, decoding context)``, and
   checked against its own target and the tightest among the requests decoding now, so a
   loose class is never admitted into a batch that would break a tight one.
@@ -29,12 +31,14 @@ tune ``headroom``. The prefill bound should be the one the pipeline enforces
 
 One concern per module: `classes` (targets, class resolution, grants), `ledger` (the
 admitted work), `feasibility` (the EDF test, pure functions), `waits` (when KV and slots
-free up), `step_room` (the TPOT-bounded prefill per step), `feedback` (headrooms corrected
-by measurements), `path` (the delays outside the engine step), `fairness` (shares between
-a class's tenants), `decisions`, `admission` and `ranking`.
+free up), `arrivals` (the work tighter classes will still add ahead), `step_room` (the
+TPOT-bounded prefill per step), `feedback` (headrooms corrected by measurements), `path`
+(the delays outside the engine step), `fairness` (shares between a class's tenants),
+`decisions`, `admission` and `ranking`.
 """
 
 from policies.slo.admission import SLOAdmission
+from policies.slo.arrivals import TighterArrivals
 from policies.slo.classes import ClassGrants, SLOTarget, resolve_class
 from policies.slo.decisions import SLOAdmissionStats, SLODecision, SLOVerdict
 from policies.slo.fairness import ClassFairShare, ClassFairShareStats
@@ -64,5 +68,6 @@ __all__ = [
     "SLOVerdict",
     "StepRoom",
     "TTFTDeadlineRanker",
+    "TighterArrivals",
     "resolve_class",
 ]

@@ -10,6 +10,7 @@ import attrs
 
 from policies.admission.controller import AdmissionDecision
 from policies.needs import Needs
+from policies.slo.arrivals import TighterArrivals
 from policies.slo.classes import (
     ClassGrants,
     SLOTarget,
@@ -37,11 +38,14 @@ class SLOAdmission:
     target and that of every class decoding; otherwise demotes it (when its class has a lower
     one in ``demotions`` that passes) or rejects it with a Retry-After.
 
-    The first-token test is EDF's: with requests sorted by deadline ``d`` and ``W(d)`` the
-    remaining prefill of those due no later, request ``d`` is on time when
-    ``now + W(d) / rate + step ≤ arrival + headroom · ttft_s``, at ``rate`` prefill tokens/s
+    The first-token test is EDF's: with requests sorted as `TTFTDeadlineRanker` serves them
+    (``arrival + ttft_s`` of their own class, plus a fairness lead) and ``W(r)`` the remaining
+    prefill of those served no later than request ``r``, ``r`` is on time when
+    ``now + W(r) / rate + step ≤ arrival + headroom · ttft_s``, at ``rate`` prefill tokens/s
     (``prefill_per_step`` tokens a step of `StepTimeModel`). It holds for every request if
-    prefill is served earliest deadline first (`TTFTDeadlineRanker`) at that rate.
+    prefill is served in that order at that rate. The headroom tightens what is tested, never
+    the order: a class whose headroom fell is still served after a tighter class's later
+    arrivals, as the engine serves it.
 
     Guarantees:
         * A request of a class without a target (or with no class) is always admitted, and so
@@ -112,6 +116,11 @@ class SLOAdmission:
     """The feedback forgets errors older than this (`HeadroomFeedback.memory_s`): after a
     transient the headroom returns to what the requests admitted since then show. None:
     only ``feedback_window`` bounds them."""
+    arrivals_memory_s: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(finite_positive))
+    """Plan for the requests still to come (`TighterArrivals`): a request is predicted to
+    wait also for the prefill its tighter classes will admit ahead of it, at the rate they
+    admitted over the last this many seconds. None: only admitted work is planned."""
     grants: ClassGrants | None = None
     """The classes each tenant may be judged in by length (`resolve_class`)."""
     path: PathDelays | None = attrs.field(
@@ -133,9 +142,8 @@ class SLOAdmission:
 
     _deadlines: dict[str, tuple[float, float, float, str]] = attrs.field(
         init=False, factory=dict, repr=False)
-    """Admitted request id -> (its place in the order: latest acceptable first-token time plus
-    its fairness lead, planning share, that lead, the class it was over its share in or
-    "")."""
+    """Admitted request id -> (its place in the order (`_place`), its latest acceptable
+    first-token time, planning share, the class it was over its share in or "")."""
     _admitted: int = attrs.field(init=False, default=0, repr=False)
     _demoted: int = attrs.field(init=False, default=0, repr=False)
     _rejected: dict[str, int] = attrs.field(init=False, factory=dict, repr=False)
@@ -153,6 +161,8 @@ class SLOAdmission:
     """The prefill a step may carry within the TPOT bound in force (`step_prefill_tokens`)."""
     _waits: CapacityWaits = attrs.field(init=False, repr=False)
     """When KV and a slot are free for a new request (`kv_ready_s`)."""
+    _arrivals: TighterArrivals | None = attrs.field(init=False, default=None, repr=False)
+    """Prefill admitted per class recently, as the rate later arrivals keep."""
 
     needs: ClassVar[Needs] = Needs(lifecycle=True, prefix_hits=True)
     """Each arrival's prefix-cache hit is looked up (`RequestView.cached_tokens`): cached
@@ -187,6 +197,10 @@ class SLOAdmission:
             ledger=self.ledger, step_model=self.step_model, rate_and_step=self._rate_and_step,
             finish_window_s=max(target.ttft_s for target in self.slos.values()) if (
                 self.slos) else 0.0)
+        if self.arrivals_memory_s is not None:
+            self._arrivals = TighterArrivals(
+                ttft_s={cls: target.ttft_s for cls, target in self.slos.items()},
+                memory_s=self.arrivals_memory_s)
         if self.feedback_window or self.path is not None:
             self.ledger.listen(self._first_token)
 
@@ -238,6 +252,12 @@ class SLOAdmission:
         return (request.arrival_s + self._feedback.ttft[cls].value * self.slos[cls].ttft_s
                 - egress_s)
 
+    def _place(self, request: RequestView, lead_s: float) -> float:
+        """``request``'s place in the engine's order: `TTFTDeadlineRanker.rank_key`, by the
+        class the request resolves to itself (a demoted request keeps it) plus ``lead_s``."""
+        own = self.target_class(request)
+        return request.arrival_s + self.slos[own].ttft_s + lead_s
+
     def _first_token(self, request_id: str, now: float) -> None:
         """The engine produced ``request_id``'s first token: feedback from here, or, once the
         server reports where first tokens leave (`on_client_first_token`), from there."""
@@ -284,24 +304,25 @@ class SLOAdmission:
         (`CapacityWaits.kv_ready_s`)."""
         return self._waits.kv_ready_s(request, load)
 
-    def _late(self, load: LoadSnapshot, due: float, share: float, tokens: float,
-              kv_ready_s: float | None = None, lead_s: float = 0.0,
-              yielded_in: str = "") -> tuple[float, float]:
-        """`edf_lateness` of a new request against the admitted ones with prefill left, at
-        the prefill rate of a step under ``load`` (an unstarted admitted request waits for
-        one more slot with it admitted: with every slot taken, an urgent arrival takes the
-        slot a waiting request was counting on)."""
+    def _late(self, load: LoadSnapshot, key: float, due: float, share: float, tokens: float,
+              kv_ready_s: float | None = None, yielded_in: str = "") -> tuple[float, float]:
+        """`edf_lateness` of a new request at place ``key`` against the admitted ones with
+        prefill left, at the prefill rate of a step under ``load`` (an unstarted admitted
+        request waits for one more slot with it admitted: with every slot taken, an urgent
+        arrival takes the slot a waiting request was counting on), behind the tighter
+        classes' arrivals still to come (with ``arrivals_memory_s``)."""
         rate, step_s = self._rate_and_step(load)
         equivalents = self.step_model.prefill_token_equivalents
-        items = sorted((*self._deadlines.get(rid, (math.inf, 1.0, 0.0, "")),
+        items = sorted((*self._deadlines.get(rid, (math.inf, math.inf, 1.0, "")),
                         equivalents(work, context))
                        for rid, work, context in self.ledger.with_prefill())
         return edf_lateness(
-            now=load.now, due=due, lead_s=lead_s, share=share, tokens=tokens, rate=rate,
+            now=load.now, key=key, due=due, share=share, tokens=tokens, rate=rate,
             step_s=step_s, items=items,
             started=load.running_requests - len(self.ledger.decoding_ids()),
             slot_ready_s=lambda ahead: self._waits.slot_ready_s(load, ahead),
-            kv_ready_s=kv_ready_s, yielded_in=yielded_in)
+            kv_ready_s=kv_ready_s, yielded_in=yielded_in,
+            arriving=0.0 if self._arrivals is None else self._arrivals.work_ahead(key, load.now))
 
     def _work(self, request: RequestView) -> float:
         """``request``'s prefill, in context-free prefill tokens (`prefill_token_equivalents`)."""
@@ -316,8 +337,8 @@ class SLOAdmission:
             return math.inf
         due = self._due(request, cls, self.egress_s(load.now))
         share, lead, over_in = self._placement(request, cls, load.now)
-        late, _ = self._late(load, due, share, self._work(request),
-                             self.kv_ready_s(request, load), lead, "" if over_in else cls)
+        late, _ = self._late(load, self._place(request, lead), due, share, self._work(request),
+                             self.kv_ready_s(request, load), "" if over_in else cls)
         return late + due - request.arrival_s
 
     def predict_tpot_s(self, request: RequestView, load: LoadSnapshot) -> float:
@@ -402,8 +423,8 @@ class SLOAdmission:
             goal = self.slos[cls]
             due = self._due(request, cls, egress)
             share, lead, over_in = self._placement(request, cls, load.now)
-            own_late, added = self._late(load, due, share, tokens, kv_ready, lead,
-                                         "" if over_in else cls)
+            own_late, added = self._late(load, self._place(request, lead), due, share, tokens,
+                                         kv_ready, "" if over_in else cls)
             ttft = own_late + due - request.arrival_s
             first = first or (ttft, own_late)
             if (own_late <= 0 and added <= 0
@@ -457,12 +478,15 @@ class SLOAdmission:
         target = self.slos[cls] if cls is not None else None
         if target is not None:
             self._class_of[request.request_id] = cls
+            if self._arrivals is not None:
+                self._arrivals.observe(own or cls, self._work(request), now)
             if cls != own and own is not None:
                 self._asked_class[request.request_id] = own
             egress = self._feedback.on_admitted(request.request_id, request.arrival_s)
             share, lead, over_in = self._placement(request, cls, now)
-            self._deadlines[request.request_id] = (self._due(request, cls, egress) + lead,
-                                                   share, lead, over_in)
+            self._deadlines[request.request_id] = (self._place(request, lead),
+                                                   self._due(request, cls, egress), share,
+                                                   over_in)
             if self.fairness is not None:
                 self.fairness.on_admitted(request.request_id, request.tenant, cls,
                                           self.ledger.prefill_tokens(request),
@@ -506,3 +530,5 @@ class SLOAdmission:
             self.fairness.check_invariants()
         if self.path is not None:
             self.path.check_invariants()
+        if self._arrivals is not None:
+            self._arrivals.check_invariants()

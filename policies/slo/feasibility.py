@@ -2,8 +2,11 @@
 deadline first on a shared prefill rate, and when KV and slots free up for it.
 
 With EDF on one server, a set of requests meets its deadlines if and only if, for every
-request, the prefill work due no later than it is done by its deadline. `edf_lateness` runs
-that test for one new request against the admitted ones, sorted by their place in the order.
+request, the prefill work served no later than it is done by its deadline. `edf_lateness` runs
+that test for one new request against the admitted ones, sorted by their place in the order
+the engine serves them. That place and the deadline tested may differ: the engine ranks by a
+class's target while admission may test against a tighter one (a headroom), and a plan that
+sorted by the tighter deadlines would not be the order the engine serves.
 """
 
 from __future__ import annotations
@@ -15,36 +18,37 @@ from policies.slo.ledger import RELEASE_QUANTILES
 
 Planned = tuple[float, float, float, str, float]
 """An admitted request with prefill left, as `edf_lateness` plans it: ``(its place in the
-order (deadline plus fairness lead), its share of the rate, that lead, the class it was over
-its share in or "", its remaining prefill in context-free tokens)``."""
+order (the engine's rank key), its deadline, its share of the rate, the class it was over its
+share in or "", its remaining prefill in context-free tokens)``."""
 
 
-def edf_lateness(*, now: float, due: float, lead_s: float, share: float, tokens: float,
+def edf_lateness(*, now: float, key: float, due: float, share: float, tokens: float,
                  rate: float, step_s: float, items: Sequence[Planned], started: int,
                  slot_ready_s: Callable[[int], float], kv_ready_s: float | None,
-                 yielded_in: str) -> tuple[float, float]:
+                 yielded_in: str, arriving: float = 0.0) -> tuple[float, float]:
     """``(lateness of a new request, most lateness it adds to an admitted one due later that
     was on time)`` under EDF; lateness <= 0 is on time.
 
-    The new request is due at ``due``, needs ``tokens`` of prefill and takes its place in
-    ``items`` (sorted) ``lead_s`` after its deadline; each request is planned on its share
-    of ``rate`` (prefill tokens/s), plus one step of ``step_s``. The first ``started`` items
+    The new request is due at ``due``, needs ``tokens`` of prefill and takes its place
+    ``key`` in ``items`` (sorted by place; ties go to the admitted request); each request is
+    planned on its share of ``rate`` (prefill tokens/s), plus one step of ``step_s``. The first ``started`` items
     hold slots; an unstarted one waits for a slot (``slot_ready_s(k)``: when a request with
     ``k`` unstarted ones before it gets one), one more with the new request admitted ahead
     of it. The new request starts once KV (``kv_ready_s``, None: now) and a slot are free.
     Admitted requests that were over their share in class ``yielded_in`` are not protected
-    from it (their share left it that room)."""
-    key = due + lead_s
+    from it (their share left it that room). ``arriving`` is prefill work not admitted yet
+    that will be served before the new request (`TighterArrivals`): it delays the new
+    request only."""
+    own_work = tokens + arriving
     own_late, added, ahead = -math.inf, -math.inf, 0.0
     placed, before = False, 0
-    for index, (item_key, item_share, item_lead, item_over, work) in enumerate(items):
+    for index, (item_key, item_due, item_share, item_over, work) in enumerate(items):
         if not placed and key < item_key:
             placed = True
-            own_late = now + (ahead + tokens) / (rate * share) + step_s - due
+            own_late = now + (ahead + own_work) / (rate * share) + step_s - due
         ahead += work
         before += not placed
         if placed and item_key < math.inf and not (yielded_in and item_over == yielded_in):
-            item_due = item_key - item_lead
             item_rate = rate * item_share
             was = now + ahead / item_rate + step_s - item_due
             late = was + tokens / item_rate
@@ -55,12 +59,12 @@ def edf_lateness(*, now: float, due: float, lead_s: float, share: float, tokens:
             if was <= 0 < late:
                 added = max(added, late)
     if not placed:
-        own_late = now + (ahead + tokens) / (rate * share) + step_s - due
+        own_late = now + (ahead + own_work) / (rate * share) + step_s - due
     # it starts once KV and a slot are free (unstarted requests ahead of it want slots)
     unstarted = max(0, before - started)
     ready = max(kv_ready_s or now, slot_ready_s(unstarted))
     if ready > now:
-        own_late = max(own_late, ready + tokens / (rate * share) + step_s - due)
+        own_late = max(own_late, ready + own_work / (rate * share) + step_s - due)
     return own_late, added
 
 

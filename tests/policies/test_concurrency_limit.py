@@ -232,3 +232,24 @@ def test_any_class_history_keeps_the_nesting(events):
         assert limits.in_flight == len(entered)
         assert limits.limits["chat"].in_flight == sum(c == "chat" for _, c in entered)
         limits.check_invariants()
+
+
+def test_a_loose_limit_below_the_tight_load_grows_back_on_the_tight_classes_on_time():
+    # rag's limit fell to 4 while 8 chat requests are in flight: rag can admit nothing, so
+    # only chat's on-time reports can show that the load it counts is served on time.
+    limits = nested(backoff=0.5)
+    for _ in range(8):
+        assert limits.acquire("rag").admitted
+    limits.report("rag", late=True, entered_s=0.0, now=1.0)
+    for _ in range(8):
+        limits.release("rag", 1.0)
+    for _ in range(8):
+        assert limits.acquire("chat").admitted
+    assert limits.limits["rag"].limit == 4 and not limits.acquire("rag").admitted
+    for step in range(40):
+        limits.report("chat", late=False, entered_s=1.0, now=2.0 + step)
+    assert limits.limits["rag"].limit > 8 and limits.acquire("rag").admitted
+    assert limits.limits["rag"].stats().on_time == 0, "rag's own record is its own"
+    limits.report("chat", late=True, entered_s=1.0, now=50.0)
+    assert limits.limits["rag"].stats().late == 1, "a tight class's lateness stays its own"
+    limits.check_invariants()

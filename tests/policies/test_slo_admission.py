@@ -167,6 +167,28 @@ def test_an_urgent_request_that_would_make_an_admitted_one_late_is_rejected():
     assert admission.decide(view("g", 10), load()).verdict is SLOVerdict.ADMIT
 
 
+
+def test_a_headroom_tightens_deadlines_but_plans_the_order_the_engine_serves():
+    # At headroom 0.5 a bronze request arriving at 0 must have its first token by 5 s and a
+    # gold one arriving at 4.8 s by 5.05 s: later than bronze's. But the engine ranks them by
+    # their targets (gold 5.3 s, bronze 10 s), so gold is served first and the plan says so.
+    admission = policy(headroom=0.5)
+    ranker = TTFTDeadlineRanker(slos=SLOS)
+    bronze = view("b", 80_000, slo_class="bronze")  # 4 s of prefill: late already at 4.8 s
+    assert admit_all(admission, bronze)[0].admitted
+    gold = view("g", 1000, arrival_s=4.8)
+    assert ranker.rank_key(gold) < ranker.rank_key(bronze)
+    decision = admission.decide(gold, load(4.8))
+    assert decision.verdict is SLOVerdict.ADMIT, "planned behind bronze, it would be late"
+    assert decision.ttft_s == pytest.approx(1000 / 20000 + 0.05)
+
+    # Served first, it may not make an admitted request that is on time late: bronze with
+    # 2,000 tokens left is due at 5 s and done at 4.95 s; 1,500 gold tokens ahead make it 5.025.
+    admission = policy(headroom=0.5)
+    assert admit_all(admission, view("b", 2000, slo_class="bronze"))[0].admitted
+    decision = admission.decide(view("g", 1500, arrival_s=4.8), load(4.8))
+    assert decision.verdict is SLOVerdict.REJECT and decision.reason == "slo_ttft"
+
 def test_a_planning_share_keeps_room_for_urgent_arrivals():
     shared, unshared = policy(planning_share={1: 0.5}), policy()
     for admission in (shared, unshared):
@@ -645,3 +667,23 @@ def test_without_stream_reports_the_tpot_headroom_is_the_configured_one():
                           engine_late_s=0.0, egress_s=0.0)
     stats = admission.stats()
     assert stats.tpot_headroom == 0.9 and stats.tpot_error_p90 is None
+
+
+def test_a_loose_request_is_planned_behind_the_tight_requests_still_to_come():
+    # Gold admitted 1,000 tokens a second over the last 10 s; a bronze request arriving at
+    # 10 s is served after gold requests arriving in the next 9.5 s: 9,500 tokens at 20,000/s.
+    planned, unplanned = policy(arrivals_memory_s=10.0), policy()
+    for admission in (planned, unplanned):
+        for k in range(10):
+            gold = view(f"g{k}", 1000, arrival_s=k + 0.5)
+            assert admit_all(admission, gold, now=k + 0.5)[0].admitted
+            admission.ledger.on_finished(gold, k + 0.6)
+            admission.on_finished(gold, k + 0.6)
+    bronze = view("b", 1000, slo_class="bronze", arrival_s=10.0)
+    assert unplanned.decide(bronze, load(10.0)).ttft_s == pytest.approx(1000 / 20000 + 0.05)
+    assert planned.decide(bronze, load(10.0)).ttft_s == pytest.approx(
+        (9500 + 1000) / 20000 + 0.05)
+    # A gold request is served before every later gold request: nothing more to plan for.
+    gold = view("g", 1000, arrival_s=10.0)
+    assert planned.decide(gold, load(10.0)).ttft_s == pytest.approx(1000 / 20000 + 0.05)
+    planned.check_invariants()

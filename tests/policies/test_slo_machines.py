@@ -47,7 +47,8 @@ class SLOAdmissionMachine(RuleBasedStateMachine):
                                others={"silver", "bronze"}),
             protected_classes={"gold"}, protected_headroom=0.9,
             min_retry_after_s=MIN_RETRY_S, max_retry_after_s=MAX_RETRY_S,
-            feedback_window=3, path=PathDelays(window=16, horizon_s=5.0, max_awaiting=8))
+            feedback_window=3, arrivals_memory_s=2.0,
+            path=PathDelays(window=16, horizon_s=5.0, max_awaiting=8))
         self.now = 0.0
         self.counter = 0
         self.pending: dict[str, RequestView] = {}  # arrived, not yet decided
