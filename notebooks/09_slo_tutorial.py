@@ -121,6 +121,8 @@ rejections = [Rejection.parse(r.reason) for r in runs["slo"].records if r.outcom
 print("\n503s by reason and class:", dict(Counter(f"{r.reason} ({r.detail})" for r in rejections)))
 print("Retry-After (s, rounded up as the server sends it):",
       dict(sorted(Counter(max(1, -(-r.retry_after_s // 1)) for r in rejections).items())))
+print("first-token headroom in force, by class:",
+      {name: round(value, 2) for name, value in serving.admission.stats().class_headrooms.items()})
 
 # %% [markdown]
 # **Reading it.** Under `fcfs` every request is admitted and most are served late: with the
@@ -131,7 +133,11 @@ print("Retry-After (s, rounded up as the server sends it):",
 # under `fcfs`. Both classes are refused: mostly `slo_ttft` for chat (its first token could
 # not come within 0.5 s behind the work due before it) and mostly `slo_tpot` for RAG (with
 # the batch already near its limit, its decode over a long context would slow every step
-# past the 50 ms per token promised to the chat requests decoding beside it).
+# past the 50 ms per token promised to the chat requests decoding beside it). The last line
+# is what the preset learned from lateness: each class's share of its TTFT target it admits
+# against, corrected by its own first tokens (`policies:slo_class_headroom{slo_class}` on
+# `/metrics`); a class whose first tokens come later than predicted is admitted more
+# carefully, without making the other class pay for it.
 
 # %%
 # benchmarks.replay (its plots module) selects the Agg backend on import: back to inline

@@ -14,6 +14,11 @@ Agent-session workloads (``agent-*``) are made heavier by starting sessions more
 generator's ``sessions_per_s``), so each session keeps its turns, tool times and prefix reuse;
 other traces are offered faster (`Trace.scaled`).
 
+``--trace business-case`` replays the business case's seven tenants and five phases
+(`benchmarks.e2e_business_cases`, ``--phase-s`` seconds a phase), judged by its own SLO
+classes and tenant weights: our router runs over its product preset (``pipeline+slo``, the
+business case's declaration), every peer over its best stock setting (`BUSINESS_PEER_ENGINE`).
+
 With ``--tenants``, the tenants' weights are declared once (`FAIRNESS`, the ``slo``
 declaration's ``fairness``) and ``--fairness`` says who applies them: our router across the
 cluster, each replica's ``slo`` preset, ``both`` (the default) or neither.
@@ -33,22 +38,26 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from collections.abc import Callable, Mapping
 
 import attrs
 from tqdm import tqdm
 
 from benchmarks.cluster_replay.cluster import ClusterRouter, run_cluster
+from benchmarks.e2e_business_cases.slos import KIND_SLOS
+from benchmarks.e2e_business_cases.systems import build_system as business_system
+from benchmarks.e2e_business_cases.workload import business_workload
 from benchmarks.pd_replay.capacity import StepCostCapacity
 from benchmarks.replay.__main__ import skip_requests, with_tenant_priorities
 from benchmarks.replay.agent_sessions import PROFILES, agent_trace
 from benchmarks.replay.cli import add_run_arguments, engine_shape
 from benchmarks.replay.cost_model import PrefillChunk, StepBatch, StepCostModel
 from benchmarks.replay.datasets import assign_servegen_tenants
-from benchmarks.replay.metrics import summarize
+from benchmarks.replay.metrics import DEFAULT_SLOS, SLO, summarize
 from benchmarks.replay.trace import Trace
 from benchmarks.replay.workloads import AGENT_WORKLOADS, TENANT_WEIGHTS, load_workload
 from integrations.vllm_v1.config.slo import SLOSpec
-from integrations.vllm_v1.instruments.harness import EngineShape
+from integrations.vllm_v1.instruments.harness import EngineShape, SchedulerHarness
 from policies.cluster_routing import OURS, ROUTERS, make_router
 from policies.pd.router import chain_keys
 
@@ -61,6 +70,11 @@ FAIRNESS = {"fairness": {"weights": TENANT_WEIGHTS}}
 """With ``--tenants``: the ``llm_serving_policies.slo`` declaration of the tenants' weights
 (the built-in workloads': Gold 4, Silver 2, Bronze 1), read by our router (`SLOSpec`'s
 ``fairness_weights``) and by the ``slo`` preset of every replica behind it."""
+BUSINESS_CASE = "business-case"
+"""The ``--trace`` of the business case's workload (module doc)."""
+BUSINESS_PEER_ENGINE = "stock+queue-caps:priority:reqs=128"
+"""The business case's best stock setting on one engine (its results page), behind every peer
+router on ``--trace business-case``."""
 SATURATION_S = 1.0
 """`StickyUntilSaturated`'s token-load limit: this many seconds of a replica's prefill
 throughput (full chunks of ``max_num_batched_tokens``, from the cost model)."""
@@ -94,10 +108,37 @@ def cost_model_capacity(trace: Trace, cost_model: StepCostModel, shape: EngineSh
                       "and max_num_seqs allow"}
 
 
+@attrs.frozen(kw_only=True)
+class Judging:
+    """What a trace's requests are judged by, and the engines behind the routers."""
+
+    slos: Mapping[str, SLO]
+    weights: Mapping[str, float]
+    our_engine: str
+    """The replicas' engine behind our routers."""
+    build: Callable[[str, EngineShape], SchedulerHarness] | None
+    """Makes a replica of an engine name (None: `replica_harness`)."""
+
+
+def judging(args: argparse.Namespace) -> Judging:
+    """The business case's classes, weights and systems for ``--trace business-case``; the
+    replay's defaults for every other trace."""
+    if args.trace == BUSINESS_CASE:
+        workload = business_workload(seed=args.seed, phase_s=args.phase_s)
+        return Judging(slos=KIND_SLOS, weights=workload.weights, our_engine="pipeline+slo",
+                       build=business_system)
+    return Judging(slos=DEFAULT_SLOS, weights=TENANT_WEIGHTS, our_engine="pipeline:slo",
+                   build=None)
+
+
 def load_trace(args: argparse.Namespace, session_rate_scale: float = 1.0) -> Trace:
     """The workload's window (``--max-requests`` after ``--skip-requests``), tenants assigned;
     an agent workload with its sessions started ``session_rate_scale`` times as often."""
     limit = None if args.max_requests is None else args.skip_requests + args.max_requests
+    if args.trace == BUSINESS_CASE:
+        trace = business_workload(seed=args.seed, phase_s=args.phase_s).trace
+        return skip_requests(attrs.evolve(trace, requests=trace.requests[:limit]),
+                             args.skip_requests)
     if args.trace in AGENT_WORKLOADS:
         profile = PROFILES[AGENT_WORKLOADS[args.trace]]
         profile = attrs.evolve(profile,
@@ -131,12 +172,13 @@ def saturation_tokens(cost_model: StepCostModel, shape: EngineShape) -> int:
     return max(1, round(SATURATION_S * chunk / step))
 
 
-def parse_system(entry: str, peer_engine: str) -> tuple[str, str]:
+def parse_system(entry: str, peer_engine: str, our_engine: str = "pipeline:slo"
+                 ) -> tuple[str, str]:
     """``ROUTER[@ENGINE]`` -> (router, engine)."""
     router, sep, engine = entry.partition("@")
     if router not in ROUTERS:
         raise SystemExit(f"--routers: unknown router {router!r} (use {', '.join(ROUTERS)})")
-    return router, engine if sep else ("pipeline:slo" if router in OURS else peer_engine)
+    return router, engine if sep else (our_engine if router in OURS else peer_engine)
 
 
 def slim(summary: dict, run_router: ClusterRouter) -> dict:
@@ -221,8 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-requests", type=int, default=0, metavar="N")
     parser.add_argument("--routers", default=",".join(DEFAULT_ROUTERS),
                         help="comma-separated ROUTER[@ENGINE] (see the module doc)")
-    parser.add_argument("--peer-engine", default=BEST_STOCK,
-                        help="the replicas' engine behind every peer router")
+    parser.add_argument("--peer-engine", default=None,
+                        help="the replicas' engine behind every peer router (default: the "
+                             f"best stock setting, {BEST_STOCK}; on {BUSINESS_CASE}, "
+                             f"{BUSINESS_PEER_ENGINE})")
+    parser.add_argument("--phase-s", type=float, default=60.0,
+                        help=f"seconds a phase of --trace {BUSINESS_CASE}")
     parser.add_argument("--fairness", choices=["both", "router", "replicas", "off"],
                         default="both",
                         help="with --tenants, where the FAIRNESS declaration applies: our "
@@ -239,13 +285,21 @@ def main(argv: list[str] | None = None) -> dict:
     logging.getLogger("vllm").setLevel(logging.ERROR)
     if args.replicas < 1:
         raise SystemExit(f"--replicas must be >= 1, got {args.replicas}")
+    if args.trace == BUSINESS_CASE and args.tenants != "none":
+        raise SystemExit(f"--tenants: {BUSINESS_CASE} has its own tenants")
+    if not args.phase_s > 0:
+        raise SystemExit(f"--phase-s must be > 0, got {args.phase_s}")
+    judged = judging(args)
+    peer_engine = args.peer_engine or (
+        BUSINESS_PEER_ENGINE if args.trace == BUSINESS_CASE else BEST_STOCK)
     trace = load_trace(args)
     cost_model = StepCostModel.preset(args.gpu)
     shape = engine_shape(args)
     capacity = cost_model_capacity(trace, cost_model, shape, args.replicas)
     print(f"capacity: {capacity['capacity_rps']:.2f} req/s for {args.replicas} replicas "
           f"(trace offers {capacity['trace_rate_rps']:.2f} req/s)")
-    systems = [parse_system(e, args.peer_engine) for e in args.routers.split(",")]
+    systems = [parse_system(e, peer_engine, judged.our_engine)
+               for e in args.routers.split(",")]
     names = [f"r{i}" for i in range(args.replicas)]
     block = trace.block_size or shape.block_size
     saturation = saturation_tokens(cost_model, shape)
@@ -256,7 +310,7 @@ def main(argv: list[str] | None = None) -> dict:
         "requests": len(trace.requests), "skip_requests": args.skip_requests,
         "tenants": args.tenants, "seed": args.seed, "gpu": args.gpu,
         "replicas": args.replicas, "engine": attrs.asdict(shape),
-        "peer_engine": args.peer_engine, "saturation_tokens": saturation,
+        "peer_engine": peer_engine, "saturation_tokens": saturation,
         "fairness": args.fairness if fair else "off"},
         "capacity": capacity, "loads": {}}
     for load in args.load:
@@ -273,15 +327,17 @@ def main(argv: list[str] | None = None) -> dict:
                       unit="req") as bar:
                 run = run_cluster(scaled, router, system, replicas=names, engine=engine,
                                   shape=shape, cost_model=cost_model, progress=bar.update,
-                                  slo=replica_slo if router_name in OURS else None)
+                                  slo=replica_slo if router_name in OURS else None,
+                                  slos=judged.slos, build=judged.build)
             router.check_invariants()
-            results[system] = slim(summarize(run, weights=TENANT_WEIGHTS), router)
+            results[system] = slim(summarize(run, slos=judged.slos, weights=judged.weights),
+                                   router)
         summary["loads"][f"{load:g}"] = {
             "load": load, "rate_scale": rate_scale,
             "offered_rps": len(scaled.requests) / max(scaled.duration_s, 1e-9),
             "systems": results,
             "goals": judge(results, goodput_goal=args.goodput_goal,
-                           tenants=args.tenants != "none")}
+                           tenants=args.tenants != "none" or args.trace == BUSINESS_CASE)}
         print(f"\nload x{load:g} (scale {rate_scale:.2f}, "
               f"{summary['loads'][f'{load:g}']['offered_rps']:.2f} req/s offered)")
         print(format_table(list(results.values())))

@@ -221,11 +221,13 @@ def run_cluster(trace: Trace, router: ClusterRouter, system: str, *, replicas: S
                 slos: Mapping[str, SLO] = DEFAULT_SLOS,
                 progress: Callable[[int], None] | None = None,
                 max_idle_steps: int = DEFAULT_MAX_IDLE_STEPS,
-                slo: Mapping[str, object] | None = None) -> SystemRun:
+                slo: Mapping[str, object] | None = None,
+                build: Callable[[str, EngineShape], SchedulerHarness] | None = None
+                ) -> SystemRun:
     """Replay ``trace`` through ``router`` and one ``engine`` per name in ``replicas``
     (``fcfs``, ``pipeline:slo``, a ``stock+queue-caps:...`` setting: `build_system`;
     ``pipeline:slo`` built from the ``slo`` declaration where one is given:
-    `replica_harness`).
+    `replica_harness`; or whatever ``build`` makes of ``engine``, where given).
 
     Every request ends completed, rejected (at the router or a replica) or cancelled; the
     records are merged into one `SystemRun` (``samples`` empty).
@@ -237,7 +239,7 @@ def run_cluster(trace: Trace, router: ClusterRouter, system: str, *, replicas: S
     started = time.perf_counter()
     members = {}
     for name in replicas:
-        harness = replica_harness(engine, shape, slo)
+        harness = replica_harness(engine, shape, slo) if build is None else build(engine, shape)
         fast = FastForward(harness, cost_model)
         members[name] = _Replica(name, ReplayRun(harness, trace, cost_model), fast if (
             fast.supported) else None)

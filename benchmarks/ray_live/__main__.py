@@ -20,6 +20,11 @@ Beside the client's figures: the ingress's ``policies:router_rejected_with_room_
 Ray's own ``pow2``) and ``policies:ingress_rejection_retries_total``. The goals are judged
 per seed (`judge`). Writes ``OUT/summary.json`` and
 ``OUT/runs/<seed>/<router>/requests.jsonl``.
+
+With ``--noisy-team`` one team sends three times the other's requests
+(`NOISY_TEAM_SHARES`), as in the live SLO benchmark's noisy-team scenario; the declaration's
+fairness weights reach our router and every replica, and the quiet team's admitted attainment
+and share of goodput are judged too (`quiet_team_share`).
 """
 
 from __future__ import annotations
@@ -34,7 +39,14 @@ from pathlib import Path
 from benchmarks.e2e_business_cases.live import LiveScale, free_port
 from benchmarks.e2e_business_cases.live_client import HttpReply
 from benchmarks.live_slo.run import model_dir, play_run, search_capacity, write_requests
-from benchmarks.live_slo.summary import DECLARATION, run_metrics
+from benchmarks.live_slo.summary import (
+    ATTAINMENT_MIN,
+    DECLARATION,
+    FAIR_SHARE_MIN,
+    NOISY_TEAM_SHARES,
+    quiet_team_share,
+    run_metrics,
+)
 from benchmarks.live_slo.workload import build_requests, poisson_arrivals
 from benchmarks.soak import metric_sums
 from integrations.ray_serve import cluster as _cluster  # noqa: F401 - before Ray is imported
@@ -44,8 +56,6 @@ APP = "ray-live"
 COUNTERS = ("policies:router_rejected_with_room_total",
             "policies:ingress_rejection_retries_total")
 OURS = "slo"
-ADMITTED_SLO_GOAL = 0.95
-"""Share of admitted requests in SLO our router must reach on every seed."""
 
 
 def plan(args: argparse.Namespace) -> tuple[list[str], list[int]]:
@@ -78,10 +88,14 @@ def counter_deltas(router: str, before: Mapping[str, float], after: Mapping[str,
             for name in COUNTERS}
 
 
-def judge(runs: Mapping[str, Mapping[str, Mapping]]) -> dict:
+def judge(runs: Mapping[str, Mapping[str, Mapping]], *, noisy_team: bool = False) -> dict:
     """The live goals of `OURS` on each seed (``runs``: seed -> router -> run metrics), and
-    on how many seeds each was met: admitted in SLO >= `ADMITTED_SLO_GOAL`, goodput >= the
-    best peer's, and no replica rejection passed on while another replica had room."""
+    on how many seeds each was met: admitted in SLO >= `ATTAINMENT_MIN`, goodput >= the
+    best peer's, and no replica rejection passed on while another replica had room; with
+    ``noisy_team``, also the quiet team's admitted attainment >= `ATTAINMENT_MIN` and its
+    goodput >= `FAIR_SHARE_MIN` times its fair share."""
+    goals = ("admitted_met", "goodput_met", "room_met",
+             *(("quiet_admitted_met", "quiet_share_met") if noisy_team else ()))
     seeds = {}
     for seed, by_router in runs.items():
         ours = by_router.get(OURS)
@@ -94,11 +108,17 @@ def judge(runs: Mapping[str, Mapping[str, Mapping]]) -> dict:
             "best_peer": best,
             "goodput_ratio": (ours["goodput_rps"] / peers[best]["goodput_rps"]
                               if peers[best]["goodput_rps"] else None),
-            "admitted_met": (ours["admitted_slo_attainment"] or 0.0) >= ADMITTED_SLO_GOAL,
+            "admitted_met": (ours["admitted_slo_attainment"] or 0.0) >= ATTAINMENT_MIN,
             "goodput_met": ours["goodput_rps"] >= peers[best]["goodput_rps"],
             "room_met": room == 0}
+        if noisy_team:
+            attainment, goodput, fair = quiet_team_share(ours)
+            seeds[seed].update(quiet_admitted_attainment=attainment,
+                               quiet_goodput_rps=goodput, quiet_fair_share_rps=fair,
+                               quiet_admitted_met=(attainment or 0.0) >= ATTAINMENT_MIN,
+                               quiet_share_met=goodput >= FAIR_SHARE_MIN * fair)
     return {"seeds": seeds, "met": {goal: sum(s[goal] for s in seeds.values())
-                                    for goal in ("admitted_met", "goodput_met", "room_met")},
+                                    for goal in goals},
             "of": len(seeds)}
 
 
@@ -118,12 +138,14 @@ def deploy_router(router: str, model: str, scale: LiveScale) -> None:
 
 
 def play_once(url: str, model: str, rate_rps: float, duration_s: float, seed: int, *,
-              drain_s: float, prefix: str) -> tuple[list, list[HttpReply], list, list]:
-    """Poisson arrivals at ``rate_rps`` for ``duration_s`` through the app's ingress, played
-    as the live SLO benchmark plays them (`play_run`); records, replies, requests and the
-    stalls the client lived through (`StallWatch.stalls`)."""
+              drain_s: float, prefix: str, tenant_shares: tuple[float, ...] | None = None
+              ) -> tuple[list, list[HttpReply], list, list]:
+    """Poisson arrivals at ``rate_rps`` for ``duration_s`` through the app's ingress (the
+    teams sending ``tenant_shares`` of the requests; None: equally), played as the live SLO
+    benchmark plays them (`play_run`); records, replies, requests and the stalls the client
+    lived through (`StallWatch.stalls`)."""
     arrivals = poisson_arrivals(rate_rps, duration_s, random.Random(f"{seed}:{prefix}"))
-    requests = build_requests(arrivals, seed=seed, prefix=prefix)
+    requests = build_requests(arrivals, seed=seed, prefix=prefix, tenant_shares=tenant_shares)
     records, replies, watch = play_run(url, model, requests, with_priority=False,
                                        drain_s=drain_s)
     return records, replies, requests, watch.stalls
@@ -153,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="skip the capacity measurement and use this rate")
     parser.add_argument("--capacity-step-s", type=float, default=20.0)
     parser.add_argument("--cpus-per-node", type=float, default=4.0)
+    parser.add_argument("--noisy-team", action="store_true",
+                        help="one team sends three times the other's requests; judge the "
+                             "quiet team's attainment and share too")
     return parser
 
 
@@ -179,7 +204,8 @@ def main(argv: list[str] | None = None) -> dict:
                 before = metric_sums(url, COUNTERS)
                 records, replies, requests, stalls = play_once(
                     url, model, rate, args.duration_s, seed, drain_s=args.drain_s,
-                    prefix="live-")
+                    prefix="live-",
+                    tenant_shares=NOISY_TEAM_SHARES if args.noisy_team else None)
                 after = metric_sums(url, COUNTERS)
                 write_requests(args.out / "runs" / str(seed) / router / "requests.jsonl",
                                records, replies, requests)
@@ -191,7 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
                       f"admitted, attainment {metrics['admitted_slo_attainment']}, goodput "
                       f"{metrics['goodput_rps']:.2f} req/s, rejected with room "
                       f"{metrics[COUNTERS[0]]}", flush=True)
-    summary["goals"] = judge(summary["runs"])
+    summary["goals"] = judge(summary["runs"], noisy_team=args.noisy_team)
     print(f"goals met on seeds (of {summary['goals']['of']}): {summary['goals']['met']}")
     summary["wall_s"] = time.perf_counter() - started
     args.out.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import ClassVar
@@ -322,7 +323,8 @@ class SLOAdmission:
             started=load.running_requests - len(self.ledger.decoding_ids()),
             slot_ready_s=lambda ahead: self._waits.slot_ready_s(load, ahead),
             kv_ready_s=kv_ready_s, yielded_in=yielded_in,
-            arriving=0.0 if self._arrivals is None else self._arrivals.work_ahead(key, load.now))
+            arriving=None if self._arrivals is None else functools.partial(
+                self._arrivals.ahead, key, load.now))
 
     def _work(self, request: RequestView) -> float:
         """``request``'s prefill, in context-free prefill tokens (`prefill_token_equivalents`)."""

@@ -1,19 +1,22 @@
-"""`TighterArrivals`: the prefill work later arrivals of tighter classes will put ahead.
+"""`TighterArrivals`: the prefill later arrivals of tighter classes will put ahead.
 
 Under earliest-deadline-first a request of a loose class is served after every request of a
 tighter class that arrives before its place in the order less that class's target: requests
 not yet admitted, so not in the plan, when it is judged. While tighter classes keep arriving, a
 plan of the admitted work alone predicts the loose request's first token too early, by up to
 the gap between the two targets (a 2 s class behind a stream of 0.5 s requests is served about
-1.5 s after it arrived, however idle the plan looked). `TighterArrivals` records the prefill
-work admitted in each class over the last ``memory_s`` seconds and expects it to go on at that
-rate: the work ahead of a place ``p`` at ``now`` is, over the classes with target ``t``,
+1.5 s after it arrived on a saturated engine, however idle the plan looked).
+`TighterArrivals` records the prefill admitted in each class over the last ``memory_s``
+seconds and expects it to go on at that rate: the work ahead of a place ``p`` at ``now`` is,
+over the classes with target ``t``,
 ``rate(class) * max(0, p - t - now)`` (a request's own class and looser ones add nothing,
-since their later arrivals rank after it; with a fairness lead its own class's do not).
+since their later arrivals rank after it; with a fairness lead its own class's do not), or
+what of it arrives within a wait, for `edf_lateness`: on an engine with room a request is
+served before anything arrives, on a saturated one after every arrival up to its turn.
 
 Guarantees: the expected work is never negative, is 0 with nothing admitted in the last
-``memory_s``, and never falls as the place grows. Reads (`work_ahead`, `rate`) do not change
-the state. Time is a parameter (``now``, seconds).
+``memory_s``, and never falls as the place or the wait grows. Reads (`ahead`, `rate`) do not
+change the state. Time is a parameter (``now``, seconds).
 """
 
 from __future__ import annotations
@@ -75,11 +78,11 @@ class TighterArrivals:
             total -= work
         return max(0.0, total) / self.memory_s
 
-    def work_ahead(self, place: float, now: float) -> float:
-        """Prefill tokens expected to be admitted after ``now`` and ranked ahead of a
-        request at ``place`` in the order."""
-        return sum(self.rate(cls, now) * max(0.0, place - target - now)
-                   for cls, target in self.ttft_s.items())
+    def ahead(self, place: float, now: float, within_s: float = math.inf) -> float:
+        """Prefill tokens expected to be admitted in the next ``within_s`` seconds and
+        ranked ahead of a request at ``place`` in the order."""
+        return sum(self.rate(cls, now) * min(place - target - now, within_s)
+                   for cls, target in self.ttft_s.items() if place - target - now > 0)
 
     def check_invariants(self) -> None:
         """Each window's sum matches its entries, and entries are in time order."""

@@ -22,30 +22,41 @@ order (the engine's rank key), its deadline, its share of the rate, the class it
 share in or "", its remaining prefill in context-free tokens)``."""
 
 
+Arriving = Callable[[float], float]
+"""``within_s`` -> prefill tokens not admitted yet that will arrive in the next ``within_s``
+seconds and be served before a request (`TighterArrivals.ahead`)."""
+ARRIVAL_PRECISION_S = 1e-3
+"""`edf_lateness` finds a request's wait with what arrives ahead of it meanwhile by bisection,
+to within this much (never short of it)."""
+
+
 def edf_lateness(*, now: float, key: float, due: float, share: float, tokens: float,
                  rate: float, step_s: float, items: Sequence[Planned], started: int,
                  slot_ready_s: Callable[[int], float], kv_ready_s: float | None,
-                 yielded_in: str, arriving: float = 0.0) -> tuple[float, float]:
+                 yielded_in: str, arriving: Arriving | None = None) -> tuple[float, float]:
     """``(lateness of a new request, most lateness it adds to an admitted one due later that
     was on time)`` under EDF; lateness <= 0 is on time.
 
     The new request is due at ``due``, needs ``tokens`` of prefill and takes its place
     ``key`` in ``items`` (sorted by place; ties go to the admitted request); each request is
-    planned on its share of ``rate`` (prefill tokens/s), plus one step of ``step_s``. The first ``started`` items
-    hold slots; an unstarted one waits for a slot (``slot_ready_s(k)``: when a request with
-    ``k`` unstarted ones before it gets one), one more with the new request admitted ahead
-    of it. The new request starts once KV (``kv_ready_s``, None: now) and a slot are free.
-    Admitted requests that were over their share in class ``yielded_in`` are not protected
-    from it (their share left it that room). ``arriving`` is prefill work not admitted yet
-    that will be served before the new request (`TighterArrivals`): it delays the new
-    request only."""
-    own_work = tokens + arriving
-    own_late, added, ahead = -math.inf, -math.inf, 0.0
+    planned on its share of ``rate`` (prefill tokens/s), plus one step of ``step_s``. The
+    first ``started`` items hold slots; an unstarted one waits for a slot
+    (``slot_ready_s(k)``: when a request with ``k`` unstarted ones before it gets one), one
+    more with the new request admitted ahead of it. The new request starts once KV
+    (``kv_ready_s``, None: now) and a slot are free. Admitted requests that were over their
+    share in class ``yielded_in`` are not protected from it (their share left it that room).
+
+    With ``arriving``, the prefill that arrives while the new request waits and is served
+    before it comes first: its wait is the least ``w`` with ``wait(arriving(w)) <= w`` (an
+    engine with room serves it before much arrives; a saturated one makes it wait for every
+    arrival up to its turn). It delays the new request only. (Those arrivals take running
+    slots before it too; slots are planned for the admitted requests only.)"""
+    own_ahead, added, ahead = 0.0, -math.inf, 0.0
     placed, before = False, 0
     for index, (item_key, item_due, item_share, item_over, work) in enumerate(items):
         if not placed and key < item_key:
             placed = True
-            own_late = now + (ahead + own_work) / (rate * share) + step_s - due
+            own_ahead = ahead
         ahead += work
         before += not placed
         if placed and item_key < math.inf and not (yielded_in and item_over == yielded_in):
@@ -59,13 +70,37 @@ def edf_lateness(*, now: float, key: float, due: float, share: float, tokens: fl
             if was <= 0 < late:
                 added = max(added, late)
     if not placed:
-        own_late = now + (ahead + own_work) / (rate * share) + step_s - due
-    # it starts once KV and a slot are free (unstarted requests ahead of it want slots)
-    unstarted = max(0, before - started)
+        own_ahead = ahead
+    unstarted = max(0, before - started)  # unstarted requests ahead of it want slots too
+
+    # it starts once KV and a slot are free
     ready = max(kv_ready_s or now, slot_ready_s(unstarted))
-    if ready > now:
-        own_late = max(own_late, ready + own_work / (rate * share) + step_s - due)
-    return own_late, added
+
+    def first_token_s(arrived_tokens: float) -> float:  # its prefill after the work ahead
+        done = now + (own_ahead + arrived_tokens + tokens) / (rate * share) + step_s
+        return max(done, ready + tokens / (rate * share) + step_s) if ready > now else done
+
+    if arriving is None:
+        return first_token_s(0.0) - due, added
+
+    def wait_s(within_s: float) -> float:  # never falls as within_s grows
+        return first_token_s(arriving(within_s)) - now
+
+    # the least w with wait_s(w) <= w: at least the wait alone; nothing arriving after its
+    # place ranks ahead of it, so past key - now the wait is the wait behind everything
+    low = wait_s(0.0)
+    if wait_s(low) <= low:
+        return now + low - due, added
+    high = max(low, key - now)
+    if not wait_s(high) <= high:
+        return now + wait_s(math.inf) - due, added
+    while high - low > ARRIVAL_PRECISION_S:
+        middle = (low + high) / 2
+        if wait_s(middle) <= middle:
+            high = middle
+        else:
+            low = middle
+    return now + high - due, added
 
 
 def freed_by_s(releases: Sequence[tuple[float, float]], need_tokens: float) -> float:

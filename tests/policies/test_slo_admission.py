@@ -670,19 +670,20 @@ def test_without_stream_reports_the_tpot_headroom_is_the_configured_one():
 
 
 def test_a_loose_request_is_planned_behind_the_tight_requests_still_to_come():
-    # Gold admitted 1,000 tokens a second over the last 10 s; a bronze request arriving at
-    # 10 s is served after gold requests arriving in the next 9.5 s: 9,500 tokens at 20,000/s.
+    # Gold admitted 19,000 prefill tokens a second over the last 10 s, 95 % of the engine's
+    # 20,000. A bronze request arriving at 10 s waits for the gold requests arriving while it
+    # waits (they rank ahead of it for 9.5 s): its first token at T = 0.05 + (1,000 +
+    # 19,000 T) / 20,000, T = 2 s, where the admitted work alone says 0.1 s.
     planned, unplanned = policy(arrivals_memory_s=10.0), policy()
     for admission in (planned, unplanned):
-        for k in range(10):
-            gold = view(f"g{k}", 1000, arrival_s=k + 0.5)
-            assert admit_all(admission, gold, now=k + 0.5)[0].admitted
-            admission.ledger.on_finished(gold, k + 0.6)
-            admission.on_finished(gold, k + 0.6)
+        for k in range(190):
+            gold = view(f"g{k}", 1000, arrival_s=0.05 + k / 19)
+            assert admit_all(admission, gold, now=gold.arrival_s)[0].admitted
+            admission.ledger.on_finished(gold, gold.arrival_s)
+            admission.on_finished(gold, gold.arrival_s)
     bronze = view("b", 1000, slo_class="bronze", arrival_s=10.0)
     assert unplanned.decide(bronze, load(10.0)).ttft_s == pytest.approx(1000 / 20000 + 0.05)
-    assert planned.decide(bronze, load(10.0)).ttft_s == pytest.approx(
-        (9500 + 1000) / 20000 + 0.05)
+    assert planned.decide(bronze, load(10.0)).ttft_s == pytest.approx(2.0, abs=2e-3)
     # A gold request is served before every later gold request: nothing more to plan for.
     gold = view("g", 1000, arrival_s=10.0)
     assert planned.decide(gold, load(10.0)).ttft_s == pytest.approx(1000 / 20000 + 0.05)

@@ -6,12 +6,15 @@ import argparse
 import pytest
 
 from benchmarks.cluster_replay.__main__ import (
+    BUSINESS_PEER_ENGINE,
     FAIRNESS,
     cost_model_capacity,
     load_trace,
+    main,
     offered,
 )
 from benchmarks.cluster_replay.cluster import replica_harness, run_cluster
+from benchmarks.e2e_business_cases.workload import business_workload
 from benchmarks.replay.cost_model import StepCostModel
 from benchmarks.replay.metrics import summarize
 from benchmarks.replay.trace import Trace, TraceRequest
@@ -109,3 +112,23 @@ def test_tenants_weighed_once_at_the_router_and_on_every_replica() -> None:
     routed_tenants = {r.tenant for r in run.records if r.first_scheduled_s is not None}
     assert routed_tenants <= set(stats.charged_tokens) and len(routed_tenants) >= 2
     router.check_invariants()
+
+
+def test_the_business_case_runs_behind_the_routers_with_its_own_classes_and_systems(
+        tmp_path) -> None:
+    summary = main(["--trace", "business-case", "--phase-s", "2", "--replicas", "2",
+                    "--load", "1.5", "--routers", "slo,pow2", "--out", str(tmp_path)])
+    assert summary["config"]["peer_engine"] == BUSINESS_PEER_ENGINE
+    systems = summary["loads"]["1.5"]["systems"]
+    assert set(systems) == {"slo@pipeline+slo", f"pow2@{BUSINESS_PEER_ENGINE}"}
+    offered_now = {s["offered"] for s in systems.values()}
+    assert len(offered_now) == 1 and offered_now.pop() > 0
+    for system in systems.values():
+        assert system["completed"] + system["rejected"] <= system["offered"]
+        # judged by the business case's own tenants and classes
+        assert set(system["tenant_goodput_share"]) <= set(
+            business_workload(phase_s=2.0).weights)
+    goals = summary["loads"]["1.5"]["goals"]["slo@pipeline+slo"]
+    assert goals["best_peer"] == f"pow2@{BUSINESS_PEER_ENGINE}" and "jain" in goals
+    with pytest.raises(SystemExit, match="own tenants"):
+        main(["--trace", "business-case", "--tenants", "servegen", "--out", str(tmp_path)])

@@ -54,3 +54,24 @@ def test_goals_are_judged_per_seed_against_the_best_peer() -> None:
     assert goals["met"] == {"admitted_met": 1, "goodput_met": 2, "room_met": 2}
     assert judge({}) == {"seeds": {}, "met": dict.fromkeys(
         ("admitted_met", "goodput_met", "room_met"), 0), "of": 0}
+
+
+def test_with_a_noisy_team_the_quiet_teams_attainment_and_share_are_judged() -> None:
+    def with_teams(goodput: float, quiet_met: int, quiet_admitted: int) -> dict:
+        # 10 s window; acme (quiet) offered 60, globex the rest; equal weights declared
+        return {**run(goodput, 0.97), "window_s": 10.0, "by_tenant": {
+            "acme": {"offered": 60, "admitted": quiet_admitted, "met": quiet_met},
+            "globex": {"offered": 180, "admitted": 100, "met": 97}}}
+
+    runs = {"0": {"slo": with_teams(16.0, 58, 60), "pow2": run(12.0, 0.5, None)},
+            "1": {"slo": with_teams(16.0, 50, 60), "pow2": run(12.0, 0.5, None)}}
+    goals = judge(runs, noisy_team=True)
+    zero, one = goals["seeds"]["0"], goals["seeds"]["1"]
+    # fair share: the smaller of what it offered (6 req/s) and half the goodput (8 req/s)
+    assert zero["quiet_fair_share_rps"] == pytest.approx(6.0)
+    assert zero["quiet_goodput_rps"] == pytest.approx(5.8) and zero["quiet_share_met"]
+    assert zero["quiet_admitted_met"]
+    assert not one["quiet_admitted_met"] and not one["quiet_share_met"]  # 5.0 < 0.9 x 6
+    assert goals["met"]["quiet_share_met"] == 1 and goals["met"]["quiet_admitted_met"] == 1
+    assert "quiet_share_met" not in judge(runs)["met"]
+    assert args("--noisy-team").noisy_team and not args().noisy_team
