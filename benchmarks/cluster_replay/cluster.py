@@ -210,7 +210,7 @@ class _Cluster:
             decision = self.router.retry(cluster_request(self.trace.requests[index], self.slos),
                                          self.reports(), now, rejected_by=replica.name)
             if decision.replica is not None:
-                del records[req_id]
+                replica.replay.forget(req_id)
                 del replica.live[req_id]
                 self.retries_placed += 1
                 self.admit(self.replicas[decision.replica], index, now)

@@ -150,6 +150,14 @@ class ReplayRun:
         """When the next client cancel is due (inf: none pending)."""
         return self._cancels[0][0] if self._cancels else math.inf
 
+    def forget(self, req_id: str) -> None:
+        """Drop a finished request's record and any cancel still pending for it (a cluster
+        retries a replica's rejection on another replica, which then keeps its record)."""
+        del self.records[req_id]
+        if any(pending == req_id for _, pending in self._cancels):
+            self._cancels = [entry for entry in self._cancels if entry[1] != req_id]
+            heapq.heapify(self._cancels)
+
     def cancel_due(self, now: float) -> None:
         while self._cancels and self._cancels[0][0] <= now:
             _, req_id = heapq.heappop(self._cancels)

@@ -132,3 +132,18 @@ def test_the_business_case_runs_behind_the_routers_with_its_own_classes_and_syst
     assert goals["best_peer"] == f"pow2@{BUSINESS_PEER_ENGINE}" and "jain" in goals
     with pytest.raises(SystemExit, match="own tenants"):
         main(["--trace", "business-case", "--tenants", "servegen", "--out", str(tmp_path)])
+
+
+def test_a_retried_request_leaves_no_cancel_behind_on_the_replica_that_refused_it() -> None:
+    # The clients cancel after 0.2 s: the replica that refused the third request keeps
+    # stepping past that time, with the request moved away.
+    trace = Trace(name="burst", requests=tuple(
+        TraceRequest(request_id=f"q{i}", arrival_s=0.0, prompt_tokens=1000, output_tokens=64,
+                     cancel_after_s=0.2)
+        for i in range(3)))
+    router = SLORouter(replicas=("r0", "r1"))
+    run = run_cluster(trace, router, "slo", replicas=("r0", "r1"),
+                      engine="stock+queue-caps:fcfs:reqs=1", shape=SHAPE, cost_model=COST)
+    assert sorted(r.request_id for r in run.records) == ["q0", "q1", "q2"]
+    assert router.stats().retries_placed == 1
+    assert {r.outcome for r in run.records} <= {"completed", "cancelled", "rejected"}
