@@ -379,7 +379,6 @@ def slo_slots(spec: SLOSpec | None = None) -> SLOSlots:
                     for bound, cls in spec.by_prompt_tokens)
     ledger = PrefillLedger(learn_tenant_hits=False)
     model = OnlineStepTimeModel(prior=spec.step_model_prior)
-    # The furthest ahead a plan looks; tighter classes' arrivals are measured over it.
     longest_ttft_s = max(target.ttft_s for target in classes.values())
     grants = spec.grants()
     fairness = None if spec.fairness_weights is None else ClassFairShare(
@@ -392,7 +391,6 @@ def slo_slots(spec: SLOSpec | None = None) -> SLOSlots:
         tenant_classes=dict(spec.tenants), protected_classes=spec.protected,
         protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW,
         feedback_memory_s=FEEDBACK_MEMORY_TARGETS * longest_ttft_s,
-        arrivals_memory_s=longest_ttft_s,
         protected_tpot_s={priority: PROTECTED_HEADROOM * tpot
                           for priority, tpot in spec.protected_priorities.items()},
         min_headroom=MIN_HEADROOM, max_headroom=MAX_HEADROOM, grants=grants,
