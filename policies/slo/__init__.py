@@ -12,8 +12,8 @@ Three pieces, used together (`slo_pipeline` in the business case shows the compo
   no later than it is done by its deadline; `SLOAdmission` admits a request when that test
   still passes with it added (for it, and for every admitted request served after it that
   passed before), with the prefill rate of `StepTimeModel` at the step's prefill bound, in
-  the order the ranker serves, and with the tighter classes' arrivals still to come planned
-  ahead of it (`TighterArrivals`). Its TPOT is
+  the order the ranker serves (and, with ``arrivals_memory_s``, behind the tighter classes'
+  arrivals still to come: `TighterArrivals`). Its TPOT is
   predicted as one step, ``step_s(running + 1, prefill per step, decoding context)``, and
   checked against its own target and the tightest among the requests decoding now, so a
   loose class is never admitted into a batch that would break a tight one.

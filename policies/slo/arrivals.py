@@ -8,11 +8,11 @@ the gap between the two targets (a 2 s class behind a stream of 0.5 s requests i
 1.5 s after it arrived on a saturated engine, however idle the plan looked).
 `TighterArrivals` records the prefill admitted in each class over the last ``memory_s``
 seconds and expects it to go on at that rate: the work ahead of a place ``p`` at ``now`` is,
-over the classes with target ``t``,
-``rate(class) * max(0, p - t - now)`` (a request's own class and looser ones add nothing,
-since their later arrivals rank after it; with a fairness lead its own class's do not), or
-what of it arrives within a wait, for `edf_lateness`: on an engine with room a request is
-served before anything arrives, on a saturated one after every arrival up to its turn.
+over the classes with target ``t``, ``rate(class) * max(0, p - t - now)`` (a request's own
+class and looser ones add nothing, since their later arrivals rank after it; with a fairness
+lead its own class's do not), or what of it arrives within a wait, for `edf_lateness`: on an
+engine with room a request is served before anything arrives, on a saturated one after every
+arrival up to its turn.
 
 Guarantees: the expected work is never negative, is 0 with nothing admitted in the last
 ``memory_s``, and never falls as the place or the wait grows. Reads (`ahead`, `rate`) do not
