@@ -101,7 +101,8 @@ class _Replica:
             step_model=online.model if online is not None else None,
             recent_step_s=online.recent_step_s if online is not None else None,
             ttft_headroom=view.headroom if view is not None else None,
-            tpot_headroom=view.tpot_headroom if view is not None else None)
+            tpot_headroom=view.tpot_headroom if view is not None else None,
+            tpot_bound_s=view.tpot_bound_s if view is not None else None)
 
 
 def replica_harness(engine: str, shape: EngineShape,

@@ -33,6 +33,7 @@ Serve's candidate set is reported not accepting, and its replacement takes its s
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -159,6 +160,7 @@ def replica_report(slot: str, stats: Mapping[str, Any], *, classes: ClassTable,
     kv_usage = min(1.0, max(0.0, float(stats.get("kv_usage", 0.0))))
     headroom = stats.get("ttft_headroom")
     tpot_headroom = stats.get("tpot_headroom")
+    tpot_bound = float(stats.get("tpot_bound_s") or math.inf)
     return ReplicaReport(
         name=slot, queued_prefill_tokens=sum(q[3] for q in queued),
         running_requests=max(0, int(stats.get("running_requests", 0))),
@@ -170,7 +172,8 @@ def replica_report(slot: str, stats: Mapping[str, Any], *, classes: ClassTable,
         token_budget=max(1, int(stats.get("token_budget") or _DEFAULT_TOKEN_BUDGET)),
         step_model=step_model(stats.get("step_model")),
         ttft_headroom=float(headroom) if headroom else None,
-        tpot_headroom=float(tpot_headroom) if tpot_headroom else None, accepting=accepting)
+        tpot_headroom=float(tpot_headroom) if tpot_headroom else None,
+        tpot_bound_s=tpot_bound if 0 < tpot_bound < math.inf else None, accepting=accepting)
 
 
 def engine_request(pending_request: PendingRequest | None) -> EngineRequest | None:

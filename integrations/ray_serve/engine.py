@@ -47,7 +47,8 @@ LOAD_GAUGES = {"vllm:num_requests_running": "running_requests",
                "vllm:kv_cache_usage_perc": "kv_usage"}
 """vLLM's gauges read for the routing stats, and the stats key each one fills."""
 POLICY_GAUGES = {"policies:slo_headroom": "ttft_headroom",
-                 "policies:slo_tpot_headroom": "tpot_headroom"}
+                 "policies:slo_tpot_headroom": "tpot_headroom",
+                 "policies:slo_tpot_bound_seconds": "tpot_bound_s"}
 """The SLO admission's gauges read for the routing stats (`integrations.vllm_v1.slo`)."""
 STEP_MODEL_GAUGE = "policies:step_model_coefficient"
 """The learned step model's coefficients, by ``term``."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from policies.cluster_routing.reports import ClusterRequest, ReplicaReport
@@ -65,11 +67,14 @@ class DeadlineTest:
     def meets(self, request: ClusterRequest, report: ReplicaReport, predicted_ttft_s: float,
               ttft_s: float) -> bool:
         """Whether ``predicted_ttft_s`` is within the replica's share of ``ttft_s`` and the
-        predicted TPOT within its share of the request's TPOT target (if any)."""
-        return predicted_ttft_s <= self.ttft_share(report) * ttft_s and (
-            request.tpot_s is None
-            or self.predict_tpot_s(request, report) <= (report.tpot_headroom or 1.0)
-            * request.tpot_s)
+        predicted TPOT within its share of the tighter of the request's TPOT target (if any)
+        and the replica's bound for the classes decoding there (``tpot_bound_s``, which its
+        own admission holds every classed request to)."""
+        if predicted_ttft_s > self.ttft_share(report) * ttft_s:
+            return False
+        bound = min(request.tpot_s or math.inf, report.tpot_bound_s or math.inf)
+        return math.isinf(bound) or (
+            self.predict_tpot_s(request, report) <= (report.tpot_headroom or 1.0) * bound)
 
     def has_room(self, request: ClusterRequest, report: ReplicaReport, now: float, *,
                  rate_share: float = 1.0) -> bool:

@@ -73,6 +73,11 @@ class ReplicaReport:
     tpot_headroom: float | None = attrs.field(
         default=None, validator=attrs.validators.optional(finite_positive))
     """The same for TPOT targets (`SLOAdmissionStats.tpot_headroom`)."""
+    tpot_bound_s: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(finite_positive))
+    """The tightest TPOT target of the classes decoding there, which the replica's own
+    admission holds a classed request's predicted TPOT to beside its own target
+    (`SLOAdmissionStats.tpot_bound_s`); None: it reports none."""
     accepting: bool = True
     """False while draining or unhealthy: nothing is routed there."""
 

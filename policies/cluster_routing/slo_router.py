@@ -31,8 +31,9 @@ class SLORouter(ClusterRouter):
     Guarantees:
         * A request is sent only to a replica whose predicted TTFT (from arrival, the time
           already spent included) is within ``headroom`` times its target (its declared lower
-          class's, when demoted), and whose predicted TPOT is within its TPOT target; a
-          request with no TTFT target is always feasible.
+          class's, when demoted), and whose predicted TPOT is within its TPOT target and
+          the bound the replica reports for the classes decoding there; a request with no
+          TTFT target is always feasible.
         * With ``keep_sessions``, a call whose session's replica accepts is placed there or
           nowhere (a retry may still go elsewhere).
         * Among feasible replicas: the session's replica first (its cache holds the session's

@@ -510,6 +510,7 @@ class SLOAdmission:
         """A frozen snapshot (see `SLOAdmissionStats`)."""
         ttft = self._feedback.ttft
         errors = [p90 for f in ttft.values() if (p90 := f.error_p90) is not None]
+        bound = self._decoding_tpot_bound_s()
         return SLOAdmissionStats(admitted=self._admitted, demoted=self._demoted,
                                  rejected=dict(self._rejected), unclassified=self._unclassified,
                                  tracked=len(self._deadlines),
@@ -519,7 +520,8 @@ class SLOAdmission:
                                  class_headrooms={cls: f.value for cls, f in ttft.items()},
                                  path=None if self.path is None else self.path.stats(self._now),
                                  tpot_headroom=self._feedback.tpot.value,
-                                 tpot_error_p90=self._feedback.tpot.error_p90)
+                                 tpot_error_p90=self._feedback.tpot.error_p90,
+                                 tpot_bound_s=None if math.isinf(bound) else bound)
 
     def check_invariants(self) -> None:
         """Counters are never negative; the ledger's own invariants hold."""

@@ -65,6 +65,11 @@ class SLOAdmissionStats:
     tpot_error_p90: float | None = None
     """90th percentile of ``(client TPOT - predicted TPOT) / TPOT target`` over the recent
     admitted streams (None before any client report)."""
+    tpot_bound_s: float | None = None
+    """The tightest TPOT target of the classes decoding now (a protected class's with its
+    margin): a classed request is admitted only if its predicted TPOT is within
+    ``tpot_headroom`` times this, as well as its own target. None: nothing with a target
+    decodes."""
     class_headrooms: Mapping[str, float] = attrs.field(factory=dict)
     """Class -> its first-token headroom in force: the configured one, corrected by how late
     the class's admitted requests' first tokens have come against their predictions

@@ -224,6 +224,22 @@ def test_a_replica_is_judged_by_the_headrooms_its_admission_reports() -> None:
         attrs.evolve(lax, tpot_headroom=0.0)
 
 
+def test_a_replica_decoding_a_tighter_class_holds_the_request_to_that_class_tpot() -> None:
+    router = SLORouter(replicas=("a", "b"))
+    # ~0.085 s a token on either replica: within the request's own 0.1 s target, but a's
+    # admission holds every classed request to the 0.05 s of a class decoding there.
+    busy = attrs.evolve(report("a", running=10, recent_step_s=0.085), tpot_bound_s=0.05)
+    free = report("b", running=10, recent_step_s=0.085)
+    assert router.predict_tpot_s(request(), busy) == pytest.approx(
+        router.predict_tpot_s(request(), free))
+    assert router.route(request("x"), {"a": busy, "b": free}, 0.0).replica == "b"
+    assert not router.room_test().has_room(request("y"), busy, 0.0)
+    assert router.room_test().has_room(request("y"), free, 0.0)
+    assert router.room_test().has_room(request("u", ttft_s=None), busy, 0.0), "no class"
+    with pytest.raises(ValueError, match="tpot_bound_s"):
+        attrs.evolve(free, tpot_bound_s=0.0)
+
+
 def test_keep_sessions_rejects_rather_than_moving_a_session() -> None:
     router = SLORouter(replicas=NAMES, keep_sessions=True)
     home = router.route(request("t0", session="s"), reports(), 0.0).replica

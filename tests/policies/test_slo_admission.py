@@ -202,11 +202,14 @@ def test_tpot_is_checked_against_the_tightest_class_decoding():
     busy = StepTimeModel(base_s=0.03, decode_s_per_seq=0.0001, prefill_s_per_token=2e-5)
     admission = policy(step_model=busy)
     assert admission.admit(view("b", 100, slo_class="bronze"), load(running=100)).admitted
+    assert admission.stats().tpot_bound_s is None, "nothing decodes yet"
     tight = view("t", 100, slo_class="tight")
     admission.on_admitted(tight, 0.0)
     admission.ledger.on_scheduled(tight, 100, 0.0)  # decoding now
     decision = admission.decide(view("b2", 100, slo_class="bronze"), load(running=100))
     assert decision.verdict is SLOVerdict.REJECT and decision.reason == "slo_tpot"
+    assert admission.stats().tpot_bound_s == admission.slos["tight"].tpot_s, (
+        "the bound a router must predict against")
 
 
 def test_protected_priorities_bound_every_admission_while_they_decode():

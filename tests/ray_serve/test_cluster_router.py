@@ -109,6 +109,11 @@ def test_replica_reports_carry_the_stats_the_slo_prediction_reads():
     assert report.token_budget == 2048 and report.ttft_headroom == 0.7
     assert report.queued_prefill_deadlines[0] == (4.0, 500)  # rag: due 4 s after arrival 0
     assert replica_report("s", {}, classes=classes).step_model is None  # nothing learned yet
+    assert report.tpot_bound_s is None
+    bound = replica_report("s", {"tpot_bound_s": 0.05}, classes=classes)
+    assert bound.tpot_bound_s == 0.05
+    idle = replica_report("s", {"tpot_bound_s": float("inf")}, classes=classes)
+    assert idle.tpot_bound_s is None, "the gauge reads +Inf while nothing with a class decodes"
 
 
 def test_the_pipeline_declaration_reaches_the_router_as_json_with_the_same_classes():

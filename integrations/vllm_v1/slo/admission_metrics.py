@@ -11,10 +11,14 @@ force, the configured one corrected by its observed TTFT errors), ``policies:slo
 (`PathDelays`): ``policies:slo_path_seconds{term}`` (``ingress``: arrival to the engine's
 decision; ``egress``: the engine's first token to the client; the p90 admission plans with),
 ``policies:slo_path_client_reports_total``, and the TPOT feedback from streams as the client
-got them: ``policies:slo_tpot_headroom`` and ``policies:slo_tpot_error_p90``.
+got them: ``policies:slo_tpot_headroom`` and ``policies:slo_tpot_error_p90``;
+``policies:slo_tpot_bound_seconds``, the tightest TPOT target of the classes decoding
+(``+Inf`` while none does), which every classed request's predicted TPOT is held to.
 """
 
 from __future__ import annotations
+
+import math
 
 from integrations.vllm_v1.hooks import SchedulerAccess, SchedulerHook
 from integrations.vllm_v1.metrics import PolicyMetrics, Series
@@ -36,13 +40,16 @@ TPOT_HEADROOM = Series("policies:slo_tpot_headroom", "SLO admission's TPOT headr
                        "reached the client)")
 TPOT_ERROR = Series("policies:slo_tpot_error_p90", "p90 of (client TPOT - predicted TPOT) / "
                     "TPOT target over recent admitted streams")
+TPOT_BOUND = Series("policies:slo_tpot_bound_seconds", "Tightest TPOT target of the classes "
+                    "decoding, which SLO admission holds every classed request to (+Inf while "
+                    "none decodes)")
 PATH = Series("policies:slo_path_seconds", "p90 delay outside the engine step SLO admission "
               "plans with: ingress (arrival to the engine) and egress (engine first token to "
               "the client)", ("term",))
 CLIENT_REPORTS = Series("policies:slo_path_client_reports",
                         "First tokens the API server reported leaving it", counter=True)
-SERIES = (HEADROOM, CLASS_HEADROOM, TTFT_ERROR, TRACKED, DEMOTIONS, TPOT_HEADROOM, TPOT_ERROR, PATH,
-          CLIENT_REPORTS)
+SERIES = (HEADROOM, CLASS_HEADROOM, TTFT_ERROR, TRACKED, DEMOTIONS, TPOT_HEADROOM, TPOT_ERROR,
+          TPOT_BOUND, PATH, CLIENT_REPORTS)
 
 
 def report_slo_admission(metrics: PolicyMetrics, stats: SLOAdmissionStats) -> None:
@@ -58,6 +65,7 @@ def report_slo_admission(metrics: PolicyMetrics, stats: SLOAdmissionStats) -> No
     metrics.set(TPOT_HEADROOM, stats.tpot_headroom)
     if stats.tpot_error_p90 is not None:
         metrics.set(TPOT_ERROR, stats.tpot_error_p90)
+    metrics.set(TPOT_BOUND, math.inf if stats.tpot_bound_s is None else stats.tpot_bound_s)
     path = stats.path
     if path is not None:
         metrics.set(PATH, path.ingress_s, term="ingress")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from prometheus_client import CollectorRegistry
 
 from integrations.vllm_v1.config.slo import slo_pipeline
@@ -39,4 +41,6 @@ def test_the_slo_preset_exports_headroom_tracked_requests_and_its_step_model():
     assert registry.get_sample_value("policies:slo_path_seconds", {"term": "egress"}) == 0.0
     assert registry.get_sample_value("policies:slo_path_client_reports_total") == 0
     assert registry.get_sample_value("policies:slo_tpot_headroom") == stats.tpot_headroom
+    assert registry.get_sample_value("policies:slo_tpot_bound_seconds") == math.inf, (
+        "nothing decodes once drained")
     assert registry.get_sample_value("policies:slo_tpot_error_p90") == 0.0, "no stream report"
