@@ -28,6 +28,9 @@ class RouteCause(enum.Enum):
     """`SLORouter`: a replica predicted to meet the deadline (no session or cache preference)."""
     DEMOTED = "demoted"
     """`SLORouter`: none meets the request's class; one meets its declared lower class."""
+    DEFERRED = "deferred"
+    """`SLORouter` with ``keep_sessions``: the session's replica is not predicted on time;
+    sent there all the same, where the replica's own SLO admission decides."""
     RETRIED = "retried"
     """`SLORouter.retry`: placed on another replica after one rejected it."""
     NO_FEASIBLE = "no_feasible"

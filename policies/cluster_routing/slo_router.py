@@ -35,7 +35,11 @@ class SLORouter(ClusterRouter):
           the bound the replica reports for the classes decoding there; a request with no
           TTFT target is always feasible.
         * With ``keep_sessions``, a call whose session's replica accepts is placed there or
-          nowhere (a retry may still go elsewhere).
+          nowhere, and a refusal there is passed on, never moved. Where that replica reports
+          its own SLO admission (``ttft_headroom``), a call predicted late is sent all the
+          same (`RouteCause.DEFERRED`): the replica sees the session's cached context
+          exactly, and moving a call re-prefills its whole context on a replica that holds
+          none of it.
         * Among feasible replicas: the session's replica first (its cache holds the session's
           context), then the earliest predicted first token (which counts each replica's
           cached prefix of the prompt), then the order of `replicas`.
@@ -66,9 +70,10 @@ class SLORouter(ClusterRouter):
     min_retry_after_s: float = attrs.field(default=0.5, validator=finite_positive)
     max_retry_after_s: float = attrs.field(default=30.0, validator=finite_positive)
     keep_sessions: bool = False
-    """A session whose replica accepts stays there: when that replica cannot meet the
-    deadline the call is rejected (or demoted) instead of moved to a replica without the
-    session's context. Default: moved to the earliest feasible replica."""
+    """A session whose replica accepts stays there: its calls are judged by that replica's
+    own admission where it has one (else by the prediction, rejected or demoted when late),
+    and are not moved to a replica without the session's context, not even on a retry.
+    Default: moved to the earliest feasible replica."""
     fairness: ClassFairShare | None = None
     """The tenants' weights and charges across the cluster (the ``slo`` declaration's
     ``fairness``, `SLOSpec.fairness_weights`); None: no tenant is weighed."""
@@ -133,7 +138,8 @@ class SLORouter(ClusterRouter):
     def retry(self, request: ClusterRequest, reports: Mapping[str, ReplicaReport], now: float,
               *, rejected_by: str) -> ClusterDecision:
         """Place ``request`` on another replica after ``rejected_by`` refused it: once per
-        request, only where its deadline is still predicted met.
+        request, only where its deadline is still predicted met, and never a session's
+        call with ``keep_sessions``.
 
         Raises:
             KeyError: when ``reports`` lacks one of `replicas`, or ``rejected_by`` is unknown.
@@ -141,7 +147,8 @@ class SLORouter(ClusterRouter):
         if rejected_by not in self.replicas:
             raise KeyError(f"rejected_by {rejected_by!r} is not one of {list(self.replicas)!r}")
         self._retries += 1
-        if request.request_id in self._retried:
+        if request.request_id in self._retried or (
+                self.keep_sessions and self._session_replica(request) is not None):
             return self._passed_on(request, reports, now, rejected_by, ClusterDecision(
                 request_id=request.request_id, replica=None, cause=RouteCause.NO_RETRY))
         self._retried.add(request.request_id)
@@ -179,6 +186,12 @@ class SLORouter(ClusterRouter):
         if not feasible and request.demote_ttft_s is not None:
             feasible = self._feasible(request, candidates, predicted, request.demote_ttft_s)
             demoted = bool(feasible)
+        if not feasible and self.keep_sessions and not retry and len(candidates) == 1 and (
+                candidates[0].name == pinned and candidates[0].ttft_headroom is not None):
+            return ClusterDecision(request_id=request.request_id, replica=pinned,
+                                   cause=RouteCause.DEFERRED,
+                                   cached_tokens=cached.get(pinned, 0),
+                                   predicted_ttft_s=predicted[pinned])
         if not feasible:
             late = min(predicted[r.name] - self._test.ttft_share(r) * request.ttft_s
                        for r in candidates)

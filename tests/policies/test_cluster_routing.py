@@ -252,6 +252,27 @@ def test_keep_sessions_rejects_rather_than_moving_a_session() -> None:
     assert moving.route(request("t1", session="s"), swamped, 0.0).replica not in (home, None)
 
 
+def test_keep_sessions_leaves_a_late_call_to_its_replica_s_own_admission() -> None:
+    router = SLORouter(replicas=NAMES, keep_sessions=True)
+    judged = {name: attrs.evolve(r, ttft_headroom=0.9) for name, r in reports().items()}
+    home = router.route(request("t0", session="s"), judged, 0.0).replica
+    swamped = {**judged, home: attrs.evolve(judged[home], queued_prefill_tokens=500_000)}
+    sent = router.route(request("t1", session="s"), swamped, 0.0)
+    assert sent.replica == home and sent.cause is RouteCause.DEFERRED
+    refused = router.retry(request("t1", session="s"), swamped, 0.0, rejected_by=home)
+    assert refused.replica is None and refused.cause is RouteCause.NO_RETRY, (
+        "a refused call is passed on, not moved away from its session's context")
+    assert router.stats().rejected_with_room == 1, "the others had room: counted"
+    other = router.route(request("t2", session="other"), swamped, 0.0)
+    assert other.replica not in (home, None), "a new session goes where it is on time"
+    assert router.retry(request("t2", session="other"), swamped, 0.0,
+                        rejected_by=other.replica).replica is None
+    moving = SLORouter(replicas=NAMES)
+    first = moving.route(request("u", session="x"), judged, 0.0).replica
+    assert moving.retry(request("u", session="x"), judged, 0.0,
+                        rejected_by=first).replica not in (first, None), "without: moved"
+
+
 def test_an_edf_replica_counts_only_the_work_due_before_the_request() -> None:
     router = SLORouter(replicas=("a",))
     fifo = report("a", queued=100_000)  # ~2.5 s of prefill: a 1 s target cannot be met
