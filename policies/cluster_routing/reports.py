@@ -29,8 +29,9 @@ class RouteCause(enum.Enum):
     DEMOTED = "demoted"
     """`SLORouter`: none meets the request's class; one meets its declared lower class."""
     DEFERRED = "deferred"
-    """`SLORouter` with ``keep_sessions``: the session's replica is not predicted on time;
-    sent there all the same, where the replica's own SLO admission decides."""
+    """`SLORouter` with ``keep_sessions``: no replica is predicted on time; sent all the same
+    (to the session's replica, else the earliest), where the replica's own admission
+    decides."""
     RETRIED = "retried"
     """`SLORouter.retry`: placed on another replica after one rejected it."""
     NO_FEASIBLE = "no_feasible"

@@ -35,11 +35,13 @@ class SLORouter(ClusterRouter):
           the bound the replica reports for the classes decoding there; a request with no
           TTFT target is always feasible.
         * With ``keep_sessions``, a call whose session's replica accepts is placed there or
-          nowhere, and a refusal there is passed on, never moved. Where that replica reports
-          its own SLO admission (``ttft_headroom``), a call predicted late is sent all the
-          same (`RouteCause.DEFERRED`): the replica sees the session's cached context
-          exactly, and moving a call re-prefills its whole context on a replica that holds
-          none of it.
+          nowhere, and a session's call refused by a replica is passed on, never moved
+          (moving re-prefills its whole context on a replica that holds none of it). Where
+          the replicas report their own SLO admission (``ttft_headroom``), the router does
+          not reject on its prediction: a call predicted late is sent all the same
+          (`RouteCause.DEFERRED`), to its session's replica or, for a new session, the one
+          predicted earliest, and that replica's admission, which sees its cache exactly,
+          decides.
         * Among feasible replicas: the session's replica first (its cache holds the session's
           context), then the earliest predicted first token (which counts each replica's
           cached prefix of the prompt), then the order of `replicas`.
@@ -70,10 +72,10 @@ class SLORouter(ClusterRouter):
     min_retry_after_s: float = attrs.field(default=0.5, validator=finite_positive)
     max_retry_after_s: float = attrs.field(default=30.0, validator=finite_positive)
     keep_sessions: bool = False
-    """A session whose replica accepts stays there: its calls are judged by that replica's
-    own admission where it has one (else by the prediction, rejected or demoted when late),
-    and are not moved to a replica without the session's context, not even on a retry.
-    Default: moved to the earliest feasible replica."""
+    """A session whose replica accepts stays there, even on a retry; calls are judged by
+    the replicas' own admission where they have one (else by the prediction: rejected or
+    demoted when late). Default: a call is moved to the earliest feasible replica, and the
+    router rejects what no replica is predicted to serve on time."""
     fairness: ClassFairShare | None = None
     """The tenants' weights and charges across the cluster (the ``slo`` declaration's
     ``fairness``, `SLOSpec.fairness_weights`); None: no tenant is weighed."""
@@ -173,6 +175,7 @@ class SLORouter(ClusterRouter):
                retry: bool, rate_share: float) -> ClusterDecision:
         cached = self._cached_tokens(request)
         pinned = self._session_replica(request)
+        order = {name: i for i, name in enumerate(self.replicas)}
         if self.keep_sessions and not retry and any(r.name == pinned for r in candidates):
             candidates = [r for r in candidates if r.name == pinned]
         predicted = {r.name: self._test.predict_ttft_s(request, r, cached.get(r.name, 0), now,
@@ -186,12 +189,12 @@ class SLORouter(ClusterRouter):
         if not feasible and request.demote_ttft_s is not None:
             feasible = self._feasible(request, candidates, predicted, request.demote_ttft_s)
             demoted = bool(feasible)
-        if not feasible and self.keep_sessions and not retry and len(candidates) == 1 and (
-                candidates[0].name == pinned and candidates[0].ttft_headroom is not None):
-            return ClusterDecision(request_id=request.request_id, replica=pinned,
-                                   cause=RouteCause.DEFERRED,
-                                   cached_tokens=cached.get(pinned, 0),
-                                   predicted_ttft_s=predicted[pinned])
+        judged = [r for r in candidates if r.ttft_headroom is not None]
+        if not feasible and self.keep_sessions and not retry and judged:
+            name = min(judged, key=lambda r: (predicted[r.name], order[r.name])).name
+            return ClusterDecision(request_id=request.request_id, replica=name,
+                                   cause=RouteCause.DEFERRED, cached_tokens=cached.get(name, 0),
+                                   predicted_ttft_s=predicted[name])
         if not feasible:
             late = min(predicted[r.name] - self._test.ttft_share(r) * request.ttft_s
                        for r in candidates)
@@ -199,7 +202,6 @@ class SLORouter(ClusterRouter):
             return ClusterDecision(request_id=request.request_id, replica=None,
                                    cause=RouteCause.NO_FEASIBLE, retry_after_s=retry_after,
                                    predicted_ttft_s=min(predicted.values()))
-        order = {name: i for i, name in enumerate(self.replicas)}
         chosen = min(feasible, key=lambda r: (r.name != pinned, predicted[r.name],
                                               order[r.name]))
         name = chosen.name
