@@ -267,6 +267,13 @@ def test_keep_sessions_leaves_a_late_call_to_its_replica_s_own_admission() -> No
     assert other.replica not in (home, None), "a new session goes where it is on time"
     assert router.retry(request("t2", session="other"), swamped, 0.0,
                         rejected_by=other.replica).replica is None
+    flooded = {name: attrs.evolve(r, queued_prefill_tokens=500_000 + 1_000 * i)
+               for i, (name, r) in enumerate(judged.items())}
+    new = router.route(request("t3", session="new"), flooded, 0.0)
+    assert new.replica == NAMES[0] and new.cause is RouteCause.DEFERRED, "the earliest"
+    unjudged = SLORouter(replicas=NAMES, keep_sessions=True)
+    assert unjudged.route(request("t4", session="new"), {
+        n: attrs.evolve(r, ttft_headroom=None) for n, r in flooded.items()}, 0.0).replica is None
     moving = SLORouter(replicas=NAMES)
     first = moving.route(request("u", session="x"), judged, 0.0).replica
     assert moving.retry(request("u", session="x"), judged, 0.0,
