@@ -36,6 +36,7 @@ meet the request's targets.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -46,7 +47,7 @@ from tqdm import tqdm
 from benchmarks.cluster_replay.cluster import ClusterRouter, run_cluster
 from benchmarks.e2e_business_cases.slos import KIND_SLOS
 from benchmarks.e2e_business_cases.systems import build_system as business_system
-from benchmarks.e2e_business_cases.workload import business_workload
+from benchmarks.e2e_business_cases.workload import BusinessWorkload, business_workload
 from benchmarks.pd_replay.capacity import StepCostCapacity
 from benchmarks.replay.__main__ import skip_requests, with_tenant_priorities
 from benchmarks.replay.agent_sessions import PROFILES, agent_trace
@@ -120,11 +121,17 @@ class Judging:
     """Makes a replica of an engine name (None: `replica_harness`)."""
 
 
+@functools.cache
+def _business_workload(seed: int, phase_s: float) -> BusinessWorkload:
+    """The business case's workload, generated once per seed and phase length."""
+    return business_workload(seed=seed, phase_s=phase_s)
+
+
 def judging(args: argparse.Namespace) -> Judging:
     """The business case's classes, weights and systems for ``--trace business-case``; the
     replay's defaults for every other trace."""
     if args.trace == BUSINESS_CASE:
-        workload = business_workload(seed=args.seed, phase_s=args.phase_s)
+        workload = _business_workload(args.seed, args.phase_s)
         return Judging(slos=KIND_SLOS, weights=workload.weights, our_engine="pipeline+slo",
                        build=business_system)
     return Judging(slos=DEFAULT_SLOS, weights=TENANT_WEIGHTS, our_engine="pipeline:slo",
@@ -136,7 +143,7 @@ def load_trace(args: argparse.Namespace, session_rate_scale: float = 1.0) -> Tra
     an agent workload with its sessions started ``session_rate_scale`` times as often."""
     limit = None if args.max_requests is None else args.skip_requests + args.max_requests
     if args.trace == BUSINESS_CASE:
-        trace = business_workload(seed=args.seed, phase_s=args.phase_s).trace
+        trace = _business_workload(args.seed, args.phase_s).trace
         return skip_requests(attrs.evolve(trace, requests=trace.requests[:limit]),
                              args.skip_requests)
     if args.trace in AGENT_WORKLOADS:
