@@ -32,8 +32,9 @@ class SLORouter(ClusterRouter):
         * A request is sent only to a replica whose predicted TTFT (from arrival, the time
           already spent included) is within ``headroom`` times its target (its declared lower
           class's, when demoted), and whose predicted TPOT is within its TPOT target and
-          the bound the replica reports for the classes decoding there; a request with no
-          TTFT target is always feasible.
+          the bound the replica reports for the classes decoding there (with
+          ``keep_sessions``, only where the replicas judge nothing themselves: see below); a
+          request with no TTFT target is always feasible.
         * With ``keep_sessions``, a call whose session's replica accepts is placed there or
           nowhere, and a session's call refused by a replica is passed on, never moved
           (moving re-prefills its whole context on a replica that holds none of it). Where
