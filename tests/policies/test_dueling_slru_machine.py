@@ -64,8 +64,13 @@ class DuelingSLRUMachine(RuleBasedStateMachine):
         victim = order.evict()
         assert victim in before and victim not in order and not order.pinned(victim)
         if victim in pinned_before and before[victim] is not Segment.ORPHAN:
-            # a pin is given up only under pressure (an orphan's pin buys no hit)
-            assert all(order.segment_of(key) >= Segment.PINNED for key in order), victim
+            # a pin is given up only under pressure (an orphan's pin buys no hit): nothing but
+            # pinned or wanted keys is left, bar the pinned or wanted children the eviction
+            # orphaned
+            assert all(segment >= Segment.PINNED or (
+                segment is Segment.ORPHAN and before[key] is not Segment.ORPHAN
+                and (before[key] >= Segment.PINNED or key in pinned_before))
+                for key in order if (segment := order.segment_of(key)) is not None), victim
 
     @rule(chain=chains, session=st.sampled_from([None, "a", "b", "c"]),
           tenant=st.sampled_from([None, "t0", "t1"]))
@@ -212,6 +217,38 @@ class DuelingSLRUMachine(RuleBasedStateMachine):
     def teardown(self):
         if hasattr(self, "lead"):
             target(self.lead, label="LRU shadow's lead")  # search towards LRU mode too
+
+
+def test_a_pin_wanted_while_the_farthest_pin_was_sought_stays_evictable_by_return():
+    """Found by the machine: a pinned key in WANTED when eviction looked for the farthest
+    pin lost its place in that search; parked again after its waiting request left, the
+    next search found no pin and raised."""
+    machine = DuelingSLRUMachine()
+    machine.build(window=20.0, margin=0.0, sample=1, session_pins=SessionPins(
+        default_gap_s=0.5, max_pinned_fraction=0.25, judged=False, prefix_sessions=True))
+    machine.recent_reuse(count=2, distance=1)
+    machine._start([0])
+    for _ in range(6):
+        machine._evict_one()
+    for chain in ([0], [0, 1, 2, 3, 4, 5], [3000]):
+        machine._start(chain)
+    machine._finish(3)
+    machine._evict_one()
+    machine.release_uncached()
+    machine.advance(0.1)
+    machine._evict_one()
+    machine.recent_reuse(count=2, distance=1)
+    machine._start([3000])
+    machine._finish(3)
+    machine.expect([3000])  # the pinned key waits in WANTED
+    for _ in range(2):
+        machine.recent_reuse(count=2, distance=1)
+    for _ in range(17):  # only pins and wanted keys left: the farthest pin is sought
+        machine._evict_one()
+    machine.order.unexpect(machine.waiting.pop(0))  # back among the pins
+    machine._evict_one()
+    machine.internal_invariants_hold()
+    machine.pins_are_held_by_tracked_keys()
 
 
 TestDuelingSLRUMachine = DuelingSLRUMachine.TestCase

@@ -273,13 +273,17 @@ class DuelingSLRU(SetDueling):
     def _farthest_pin(self) -> Hashable:
         """The pinned key of the latest predicted return (the deepest of its chain), or a
         pinned descendant of it, so that no pinned child outlives its parent."""
-        heap = self._far_heap
+        heap, wanted = self._far_heap, []
         while True:
             until, seq, key = heap[0]
-            if (self._pinned_until.get(key) == (-until, -seq)
-                    and self._entries[key].segment is Segment.PINNED):  # not WANTED since
-                break
-            heapq.heappop(heap)
+            if self._pinned_until.get(key) == (-until, -seq):
+                if self._entries[key].segment is Segment.PINNED:
+                    break
+                wanted.append(heapq.heappop(heap))  # WANTED now: its pin may be parked again
+                continue
+            heapq.heappop(heap)  # a pin hit or expired since
+        for entry in wanted:
+            heapq.heappush(heap, entry)
         descended = True
         while descended:
             descended = False
