@@ -190,8 +190,9 @@ class SLORouter(ClusterRouter):
         if not feasible and request.demote_ttft_s is not None:
             feasible = self._feasible(request, candidates, predicted, request.demote_ttft_s)
             demoted = bool(feasible)
-        judged = [r for r in candidates if r.ttft_headroom is not None]
-        if not feasible and self.keep_sessions and not retry and judged:
+        judged = [] if feasible or retry or not self.keep_sessions else [
+            r for r in candidates if r.ttft_headroom is not None]
+        if judged:
             name = min(judged, key=lambda r: (predicted[r.name], order[r.name])).name
             return ClusterDecision(request_id=request.request_id, replica=name,
                                    cause=RouteCause.DEFERRED, cached_tokens=cached.get(name, 0),
