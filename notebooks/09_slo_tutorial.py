@@ -129,11 +129,13 @@ print("first-token headroom in force, by class:",
 # queue seconds long, a chat user's 200 arrives long after the half second it was promised.
 # The `slo` preset refuses about a quarter of the requests on arrival, at once, with a 503,
 # a reason and a `Retry-After`; almost every request it admits meets its class's targets
-# (TTFT p99 within each class's `ttft_s`), and more requests meet their SLO in total than
-# under `fcfs`. Both classes are refused: mostly `slo_ttft` for chat (its first token could
-# not come within 0.5 s behind the work due before it) and mostly `slo_tpot` for RAG (with
-# the batch already near its limit, its decode over a long context would slow every step
-# past the 50 ms per token promised to the chat requests decoding beside it). The last line
+# (at least 95 % of each class's admitted requests), and more requests meet their SLO in
+# total than under `fcfs`. Both classes are refused, mostly `slo_ttft`: a chat request's
+# first token could not come within 0.5 s behind the work due before it, a RAG request's
+# not within 2 s behind that work and the chat requests that will arrive while it waits
+# (the engine serves them first). The `slo_tpot` refusals are decodes that would slow every
+# step past the 50 ms per token promised to the chat requests decoding beside them (a long
+# RAG context costs most). The last line
 # is what the preset learned from lateness: each class's share of its TTFT target it admits
 # against, corrected by its own first tokens (`policies:slo_class_headroom{slo_class}` on
 # `/metrics`); a class whose first tokens come later than predicted is admitted more
@@ -197,8 +199,8 @@ assert {(r.reason, r.detail) for r in rejections} <= {
 assert all(r.retry_after_s > 0 for r in rejections)
 assert slo_run["overall"]["admitted_slo_attainment"] >= 0.95, slo_run["overall"]
 assert 0.1 < slo_run["rejected"] / slo_run["offered"] < 0.4  # "about a quarter"
-for name, target in spec.classes.items():  # admitted requests' TTFT p99 within the target
-    assert slo_run["by_class"][name]["ttft_p99_s"] <= target.ttft_s, name
+for name, target in spec.classes.items():  # each class's admitted requests in SLO >= 95 %
+    assert slo_run["by_class"][name]["admitted_slo_attainment"] >= 0.95, name
     assert summaries["fcfs"]["by_class"][name]["ttft_p99_s"] > 5 * target.ttft_s, name
 assert slo_run["met_slo"] > 1.5 * summaries["fcfs"]["met_slo"], (
     slo_run["met_slo"], summaries["fcfs"]["met_slo"])

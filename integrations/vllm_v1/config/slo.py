@@ -391,6 +391,7 @@ def slo_slots(spec: SLOSpec | None = None) -> SLOSlots:
         tenant_classes=dict(spec.tenants), protected_classes=spec.protected,
         protected_headroom=PROTECTED_HEADROOM, feedback_window=FEEDBACK_WINDOW,
         feedback_memory_s=FEEDBACK_MEMORY_TARGETS * longest_ttft_s,
+        arrivals_memory_s=longest_ttft_s,
         protected_tpot_s={priority: PROTECTED_HEADROOM * tpot
                           for priority, tpot in spec.protected_priorities.items()},
         min_headroom=MIN_HEADROOM, max_headroom=MAX_HEADROOM, grants=grants,
@@ -418,8 +419,10 @@ def slo_pipeline(spec: SLOSpec | None = None) -> Pipeline:
       the classes decoding, on the learned model, at least ``min_prefill_tokens_per_step``),
       and `PrefillLedger` (every admitted request's remaining prefill, less its own
       prefix-cache hit looked up on arrival);
-    - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines and a one-step
-      TPOT check against the tightest class decoding;
+    - admission: `SLOAdmission`, EDF feasibility of the first-token deadlines (planning the
+      prefill the tighter classes will admit ahead of a request while it waits, at the rate
+      they were admitted over the longest first-token target) and a one-step TPOT check
+      against the tightest class decoding;
     - step_model: `OnlineStepTimeModel` from ``step_model_prior``, fed by every step;
     - preemption: `SlotPreemption`, where declared: with every slot taken, a request at risk
       of missing its first-token target takes a less important request's slot;
