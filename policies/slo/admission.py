@@ -518,6 +518,8 @@ class SLOAdmission:
                                               default=self.headroom),
                                  ttft_error_p90=max(errors, default=None),
                                  class_headrooms={cls: f.value for cls, f in ttft.items()},
+                                 class_late_shares={cls: share for cls, f in ttft.items()
+                                                    if (share := f.late_share) is not None},
                                  path=None if self.path is None else self.path.stats(self._now),
                                  tpot_headroom=self._feedback.tpot.value,
                                  tpot_error_p90=self._feedback.tpot.error_p90,

@@ -74,3 +74,6 @@ class SLOAdmissionStats:
     """Class -> its first-token headroom in force: the configured one, corrected by how late
     the class's admitted requests' first tokens have come against their predictions
     (`SLOAdmission.feedback_window`)."""
+    class_late_shares: Mapping[str, float] = attrs.field(factory=dict)
+    """Class -> the share of its recent admitted requests whose first token came past its
+    target (classes with none measured yet are absent)."""

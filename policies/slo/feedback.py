@@ -21,6 +21,9 @@ class HeadroomFeedback:
     (``(measured - predicted) / target``; the last ``window``, none older than ``memory_s``),
     within ``[min_headroom, max_headroom]``.
 
+    It also keeps whether each measurement remembered was late, past its target
+    (`late_share`): what the headroom is for.
+
     Predictions that come true leave it as configured; measurements later (slower) than
     predicted lower it; earlier (faster) ones raise it, past 1 when they come that much
     earlier. Forgetting by age keeps a transient (a burst, a stalled machine) from holding
@@ -43,8 +46,8 @@ class HeadroomFeedback:
     """Errors heard longer ago than this are forgotten (`expire`); None: only ``window``
     bounds them."""
 
-    _errors: deque[tuple[float, float]] = attrs.field(init=False, repr=False)
-    """(when heard, error), oldest first."""
+    _errors: deque[tuple[float, float, bool]] = attrs.field(init=False, repr=False)
+    """(when heard, error, late), oldest first."""
     _value: float = attrs.field(init=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
@@ -59,14 +62,22 @@ class HeadroomFeedback:
     @property
     def error_p90(self) -> float | None:
         """90th percentile of the errors remembered (None when there are none)."""
-        return percentile([error for _, error in self._errors], 90) if self._errors else None
+        return percentile([error for _, error, _ in self._errors], 90) if self._errors else None
 
-    def learn(self, error: float, now: float) -> None:
+    @property
+    def late_share(self) -> float | None:
+        """The share of the measurements remembered that were late (None when there are
+        none)."""
+        if not self._errors:
+            return None
+        return sum(late for _, _, late in self._errors) / len(self._errors)
+
+    def learn(self, error: float, now: float, *, late: bool = False) -> None:
         """One measurement's error against its prediction, as a share of its target, heard at
-        ``now`` (seconds)."""
+        ``now`` (seconds); ``late``: the measurement missed its target."""
         if not self.window:
             return
-        self._errors.append((now, error))
+        self._errors.append((now, error, late))
         self.expire(now)
         self._correct()
 
@@ -173,7 +184,8 @@ class PredictionFeedback:
                 return
         if entry is not None:
             cls, arrival, predicted, target = entry
-            self.ttft[cls].learn((now - arrival - predicted) / target, now)
+            self.ttft[cls].learn((now - arrival - predicted) / target, now,
+                                 late=now - arrival > target)
 
     def client_first_token(self, request_id: str, sent_s: float) -> None:
         """``request_id``'s first token left the server at ``sent_s`` (ignored without
@@ -184,7 +196,8 @@ class PredictionFeedback:
         entry = self._awaiting_client.pop(request_id, None)
         if entry is not None:
             cls, arrival, predicted, target = entry
-            self.ttft[cls].learn((sent_s - arrival - predicted) / target, sent_s)
+            self.ttft[cls].learn((sent_s - arrival - predicted) / target, sent_s,
+                                 late=sent_s - arrival > target)
 
     def client_stream_end(self, request_id: str, first_s: float, last_s: float,
                           chunks: int) -> None:
@@ -194,7 +207,8 @@ class PredictionFeedback:
         if self.path is None or entry is None or chunks < 2 or not self.tpot.window:
             return
         predicted, target = entry
-        self.tpot.learn(((last_s - first_s) / (chunks - 1) - predicted) / target, last_s)
+        tpot = (last_s - first_s) / (chunks - 1)
+        self.tpot.learn((tpot - predicted) / target, last_s, late=tpot > target)
 
     def expire(self, now: float) -> None:
         """Every headroom forgets the errors older than its memory (`HeadroomFeedback`)."""

@@ -412,6 +412,25 @@ def test_first_tokens_later_than_predicted_lower_the_headroom_and_earlier_ones_r
     admission.check_invariants()
 
 
+def test_each_class_reports_the_share_of_its_first_tokens_past_their_target():
+    admission = policy(feedback_window=40, headroom=0.9)
+    ledger = admission.ledger
+    for late_by in (2.0, 12.0):  # after the prediction: within the 10 s target, then past it
+        for index in range(20):
+            request = view(f"r{late_by}-{index}", 100, slo_class="bronze", arrival_s=0.0)
+            decision = admission.decide(request, load())
+            assert admission.admit(request, load()).admitted
+            ledger.on_admitted(request, 0.0)
+            admission.on_admitted(request, 0.0)
+            ledger.on_scheduled(request, 100, decision.ttft_s + late_by)
+            ledger.on_finished(request, 30.0)
+            admission.on_finished(request, 30.0)
+        stats = admission.stats()
+        assert stats.class_late_shares["bronze"] == (0.0 if late_by < 10 else 0.5)
+    assert "gold" not in admission.stats().class_late_shares, "nothing measured yet"
+    admission.check_invariants()
+
+
 def test_tenant_and_length_classes_resolve_the_same_in_ranking_and_admission():
     slos = {"chat": SLOTarget(ttft_s=0.5, tpot_s=0.1), "rag": SLOTarget(ttft_s=5.0, tpot_s=0.1)}
     ranker = TTFTDeadlineRanker(slos=slos, tenant_classes={"acme": "rag"},

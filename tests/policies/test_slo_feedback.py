@@ -11,25 +11,30 @@ from policies.slo.feedback import MIN_ERRORS, HeadroomFeedback
 @settings(max_examples=100, deadline=None)
 @given(headroom=st.floats(0.3, 1.2), window=st.integers(0, 40),
        memory_s=st.none() | st.floats(0.5, 20.0),
-       heard=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(-2.0, 2.0)), max_size=80))
+       heard=st.lists(st.tuples(st.floats(0.0, 3.0), st.floats(-2.0, 2.0), st.booleans()),
+                      max_size=80))
 def test_the_headroom_is_the_configured_one_less_the_p90_of_the_errors_remembered(
         headroom, window, memory_s, heard):
-    """Remembered: the last ``window`` errors, none older than ``memory_s``."""
+    """Remembered: the last ``window`` errors, none older than ``memory_s``, with whether
+    each was late."""
     feedback = HeadroomFeedback(headroom=headroom, window=window, min_headroom=0.25,
                                 max_headroom=1.0, memory_s=memory_s)
     now, history = 0.0, []
-    for gap, error in heard:
+    for gap, error, late in heard:
         now += gap
-        feedback.learn(error, now)
+        feedback.learn(error, now, late=late)
         feedback.check_invariants()
-        history.append((now, error))
-        recent = [e for t, e in history[max(len(history) - window, 0):]
+        history.append((now, error, late))
+        recent = [(e, lt) for t, e, lt in history[max(len(history) - window, 0):]
                   if memory_s is None or t >= now - memory_s] if window else []
+        errors = [e for e, _ in recent]
         if window and len(recent) >= min(MIN_ERRORS, window):
-            assert feedback.value == min(max(headroom - percentile(recent, 90), 0.25), 1.0)
+            assert feedback.value == min(max(headroom - percentile(errors, 90), 0.25), 1.0)
         else:
             assert feedback.value == headroom
-        assert feedback.error_p90 == (percentile(recent, 90) if recent else None)
+        assert feedback.error_p90 == (percentile(errors, 90) if recent else None)
+        assert feedback.late_share == (sum(lt for _, lt in recent) / len(recent)
+                                       if recent else None)
 
 
 def test_a_transient_is_forgotten_and_the_headroom_recovers_without_new_errors():

@@ -2,7 +2,9 @@
 (`SLOAdmission`, the ``slo`` preset) on ``/metrics``.
 
 Metrics: ``policies:slo_class_headroom{slo_class}`` (each class's first-token headroom in
-force, the configured one corrected by its observed TTFT errors), ``policies:slo_headroom``
+force, the configured one corrected by its observed TTFT errors),
+``policies:slo_class_late_share{slo_class}`` (the share of its recent admitted requests whose
+first token came past its target), ``policies:slo_headroom``
 (the lowest of them), ``policies:slo_ttft_error_p90`` (the highest class's 90th percentile of
 (measured - predicted TTFT) / target over its recent admitted requests),
 ``policies:slo_admitted_tracked``
@@ -29,6 +31,9 @@ HEADROOM = Series("policies:slo_headroom", "SLO admission's lowest class headroo
 CLASS_HEADROOM = Series("policies:slo_class_headroom", "SLO admission's first-token headroom "
                         "in force for a class (configured, corrected by the class's observed "
                         "TTFT errors)", ("slo_class",))
+CLASS_LATE_SHARE = Series("policies:slo_class_late_share", "Share of a class's recent "
+                          "admitted requests whose first token came past its target",
+                          ("slo_class",))
 TTFT_ERROR = Series("policies:slo_ttft_error_p90", "p90 of (measured - predicted TTFT) / "
                     "TTFT target over recent admitted requests, the highest class's")
 TRACKED = Series("policies:slo_admitted_tracked", "Admitted requests whose first-token "
@@ -48,8 +53,8 @@ PATH = Series("policies:slo_path_seconds", "p90 delay outside the engine step SL
               "the client)", ("term",))
 CLIENT_REPORTS = Series("policies:slo_path_client_reports",
                         "First tokens the API server reported leaving it", counter=True)
-SERIES = (HEADROOM, CLASS_HEADROOM, TTFT_ERROR, TRACKED, DEMOTIONS, TPOT_HEADROOM, TPOT_ERROR,
-          TPOT_BOUND, PATH, CLIENT_REPORTS)
+SERIES = (HEADROOM, CLASS_HEADROOM, CLASS_LATE_SHARE, TTFT_ERROR, TRACKED, DEMOTIONS,
+          TPOT_HEADROOM, TPOT_ERROR, TPOT_BOUND, PATH, CLIENT_REPORTS)
 
 
 def report_slo_admission(metrics: PolicyMetrics, stats: SLOAdmissionStats) -> None:
@@ -58,6 +63,8 @@ def report_slo_admission(metrics: PolicyMetrics, stats: SLOAdmissionStats) -> No
     metrics.set(HEADROOM, stats.headroom)
     for slo_class, headroom in stats.class_headrooms.items():
         metrics.set(CLASS_HEADROOM, headroom, slo_class=slo_class)
+    for slo_class, share in stats.class_late_shares.items():
+        metrics.set(CLASS_LATE_SHARE, share, slo_class=slo_class)
     if stats.ttft_error_p90 is not None:
         metrics.set(TTFT_ERROR, stats.ttft_error_p90)
     metrics.set(TRACKED, stats.tracked)

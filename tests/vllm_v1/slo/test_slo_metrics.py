@@ -32,6 +32,9 @@ def test_the_slo_preset_exports_headroom_tracked_requests_and_its_step_model():
     assert stats.class_headrooms and all(
         registry.get_sample_value("policies:slo_class_headroom", {"slo_class": cls}) == value
         for cls, value in stats.class_headrooms.items())
+    assert stats.class_late_shares and all(
+        registry.get_sample_value("policies:slo_class_late_share", {"slo_class": cls}) == share
+        for cls, share in stats.class_late_shares.items())
     assert registry.get_sample_value("policies:slo_ttft_error_p90") == stats.ttft_error_p90
     assert registry.get_sample_value("policies:slo_admitted_tracked") == 0
     assert registry.get_sample_value("policies:step_model_observations") > 0
