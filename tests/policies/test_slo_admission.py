@@ -388,19 +388,25 @@ def test_an_arrival_that_would_take_the_slot_an_admitted_request_waits_for_is_re
     assert admission.decide(silver, full).verdict is SLOVerdict.REJECT
 
 
+def bronze_first_tokens(admission, late_by):
+    """Admit 20 bronze requests (10 s target) at 0 s, each first token ``late_by`` seconds
+    after its prediction (before it, if negative)."""
+    ledger = admission.ledger
+    for index in range(20):
+        request = view(f"r{late_by}-{index}", 100, slo_class="bronze", arrival_s=0.0)
+        decision = admission.decide(request, load())
+        assert admission.admit(request, load()).admitted
+        ledger.on_admitted(request, 0.0)
+        admission.on_admitted(request, 0.0)
+        ledger.on_scheduled(request, 100, decision.ttft_s + late_by)  # the first token
+        ledger.on_finished(request, 30.0)
+        admission.on_finished(request, 30.0)
+
+
 def test_first_tokens_later_than_predicted_lower_the_headroom_and_earlier_ones_raise_it():
     admission = policy(feedback_window=20, headroom=0.9)
-    ledger = admission.ledger
-    for late_by in (2.0, -5.0):  # seconds after (before) the prediction, on a 10 s target
-        for index in range(20):
-            request = view(f"r{late_by}-{index}", 100, slo_class="bronze", arrival_s=0.0)
-            decision = admission.decide(request, load())
-            assert admission.admit(request, load()).admitted
-            ledger.on_admitted(request, 0.0)
-            admission.on_admitted(request, 0.0)
-            ledger.on_scheduled(request, 100, decision.ttft_s + late_by)  # the first token
-            ledger.on_finished(request, 20.0)
-            admission.on_finished(request, 20.0)
+    for late_by in (2.0, -5.0):
+        bronze_first_tokens(admission, late_by)
         stats = admission.stats()
         if late_by > 0:
             assert stats.ttft_error_p90 == pytest.approx(0.2)
@@ -414,17 +420,8 @@ def test_first_tokens_later_than_predicted_lower_the_headroom_and_earlier_ones_r
 
 def test_each_class_reports_the_share_of_its_first_tokens_past_their_target():
     admission = policy(feedback_window=40, headroom=0.9)
-    ledger = admission.ledger
     for late_by in (2.0, 12.0):  # after the prediction: within the 10 s target, then past it
-        for index in range(20):
-            request = view(f"r{late_by}-{index}", 100, slo_class="bronze", arrival_s=0.0)
-            decision = admission.decide(request, load())
-            assert admission.admit(request, load()).admitted
-            ledger.on_admitted(request, 0.0)
-            admission.on_admitted(request, 0.0)
-            ledger.on_scheduled(request, 100, decision.ttft_s + late_by)
-            ledger.on_finished(request, 30.0)
-            admission.on_finished(request, 30.0)
+        bronze_first_tokens(admission, late_by)
         stats = admission.stats()
         assert stats.class_late_shares["bronze"] == (0.0 if late_by < 10 else 0.5)
     assert "gold" not in admission.stats().class_late_shares, "nothing measured yet"
