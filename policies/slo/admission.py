@@ -321,10 +321,10 @@ class SLOAdmission:
             now=load.now, key=key, due=due, share=share, tokens=tokens, rate=rate,
             step_s=step_s, items=items,
             started=load.running_requests - len(self.ledger.decoding_ids()),
-            slot_ready_s=lambda ahead: self._waits.slot_ready_s(load, ahead),
+            slot_ready_s=functools.partial(self._waits.slot_ready_s, load),
             kv_ready_s=kv_ready_s, yielded_in=yielded_in,
             arriving=None if self._arrivals is None else functools.partial(
-                self._arrivals.ahead, key, load.now))
+                self._arrivals.arriving, key, load.now))
 
     def _work(self, request: RequestView) -> float:
         """``request``'s prefill, in context-free prefill tokens (`prefill_token_equivalents`)."""

@@ -12,11 +12,14 @@ over the classes with target ``t``, ``rate(class) * max(0, p - t - now)`` (a req
 class and looser ones add nothing, since their later arrivals rank after it; with a fairness
 lead its own class's do not), or what of it arrives within a wait, for `edf_lateness`: on an
 engine with room a request is served before anything arrives, on a saturated one after every
-arrival up to its turn.
+arrival up to its turn. The requests themselves are counted the same way (`ahead_requests`):
+each takes a running slot before the request, so on an engine whose slots are the limit, not
+its prefill rate, the loose request still waits for its turn.
 
-Guarantees: the expected work is never negative, is 0 with nothing admitted in the last
-``memory_s``, and never falls as the place or the wait grows. Reads (`ahead`, `rate`) do not
-change the state. Time is a parameter (``now``, seconds).
+Guarantees: the expected work and requests are never negative, are 0 with nothing admitted in
+the last ``memory_s``, and never fall as the place or the wait grows. Reads (`ahead`,
+`ahead_requests`, `rate`, `request_rate`) do not change the state. Time is a parameter
+(``now``, seconds).
 """
 
 from __future__ import annotations
@@ -67,22 +70,41 @@ class TighterArrivals:
 
     def rate(self, slo_class: str, now: float) -> float:
         """Prefill tokens per second admitted in ``slo_class`` over the last ``memory_s``."""
+        return self._rates(slo_class, now)[0]
+
+    def request_rate(self, slo_class: str, now: float) -> float:
+        """Requests per second admitted in ``slo_class`` over the last ``memory_s``."""
+        return self._rates(slo_class, now)[1]
+
+    def _rates(self, slo_class: str, now: float) -> tuple[float, float]:
         window = self._admitted.get(slo_class)
         if not window:
-            return 0.0
+            return 0.0, 0.0
         cutoff = now - self.memory_s
-        total = self._sums[slo_class]
+        total, count = self._sums[slo_class], len(window)
         for when, work in window:
             if when > cutoff:
                 break
             total -= work
-        return max(0.0, total) / self.memory_s
+            count -= 1
+        return max(0.0, total) / self.memory_s, count / self.memory_s
 
     def ahead(self, place: float, now: float, within_s: float = math.inf) -> float:
         """Prefill tokens expected to be admitted in the next ``within_s`` seconds and
         ranked ahead of a request at ``place`` in the order."""
         return sum(self.rate(cls, now) * min(place - target - now, within_s)
                    for cls, target in self.ttft_s.items() if place - target - now > 0)
+
+    def ahead_requests(self, place: float, now: float, within_s: float = math.inf) -> float:
+        """Requests expected to be admitted in the next ``within_s`` seconds and ranked ahead
+        of a request at ``place`` in the order (each wants a running slot before it)."""
+        return sum(self.request_rate(cls, now) * min(place - target - now, within_s)
+                   for cls, target in self.ttft_s.items() if place - target - now > 0)
+
+    def arriving(self, place: float, now: float, within_s: float) -> tuple[float, float]:
+        """``(ahead, ahead_requests)``: what `edf_lateness` plans arriving while a request at
+        ``place`` waits ``within_s``."""
+        return self.ahead(place, now, within_s), self.ahead_requests(place, now, within_s)
 
     def check_invariants(self) -> None:
         """Each window's sum matches its entries, and entries are in time order."""

@@ -57,16 +57,19 @@ class CapacityWaits:
             return load.now
         return freed_by_s(self._releases(load), need)
 
-    def slot_ready_s(self, load: LoadSnapshot, ahead: int) -> float:
-        """When a slot is free for a request with ``ahead`` admitted, unstarted requests
-        before it in EDF order: now while the running requests and those leave a slot (or
-        when the slot count is unknown); else `slots_free_s`, from the expected finishes
-        (as in `kv_ready_s`) and `PrefillLedger.finish_rate`."""
-        need = load.running_requests + ahead + 1 - (load.max_running_requests or math.inf)
+    def slot_ready_s(self, load: LoadSnapshot, ahead: int, arriving: float = 0.0) -> float:
+        """When a slot is free for a request with ``ahead`` admitted, unstarted requests and
+        ``arriving`` requests still to arrive before it in EDF order: now while the running
+        requests and those leave a slot (or when the slot count is unknown); else
+        `slots_free_s`, from the expected finishes (as in `kv_ready_s`) and
+        `PrefillLedger.finish_rate`."""
+        need = (load.running_requests + ahead + arriving + 1
+                - (load.max_running_requests or math.inf))
         if need <= 0:
             return load.now
         return slots_free_s(load.now, need, self._releases(load),
-                            self.ledger.finish_rate(load.now, self.finish_window_s))
+                            self.ledger.finish_rate(load.now, self.finish_window_s),
+                            arriving=arriving)
 
     def _releases(self, load: LoadSnapshot) -> list[tuple[float, float]]:
         memo = self._memo
