@@ -323,8 +323,7 @@ class SLOAdmission:
             started=load.running_requests - len(self.ledger.decoding_ids()),
             slot_ready_s=functools.partial(self._waits.slot_ready_s, load),
             kv_ready_s=kv_ready_s, yielded_in=yielded_in,
-            arriving=None if self._arrivals is None else functools.partial(
-                self._arrivals.arriving, key, load.now))
+            arriving=None if self._arrivals is None else self._arrivals.arriving(key, load.now))
 
     def _work(self, request: RequestView) -> float:
         """``request``'s prefill, in context-free prefill tokens (`prefill_token_equivalents`)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -92,19 +92,27 @@ class TighterArrivals:
     def ahead(self, place: float, now: float, within_s: float = math.inf) -> float:
         """Prefill tokens expected to be admitted in the next ``within_s`` seconds and
         ranked ahead of a request at ``place`` in the order."""
-        return sum(self.rate(cls, now) * min(place - target - now, within_s)
-                   for cls, target in self.ttft_s.items() if place - target - now > 0)
+        return self.arriving(place, now)(within_s)[0]
 
     def ahead_requests(self, place: float, now: float, within_s: float = math.inf) -> float:
         """Requests expected to be admitted in the next ``within_s`` seconds and ranked ahead
         of a request at ``place`` in the order (each wants a running slot before it)."""
-        return sum(self.request_rate(cls, now) * min(place - target - now, within_s)
-                   for cls, target in self.ttft_s.items() if place - target - now > 0)
+        return self.arriving(place, now)(within_s)[1]
 
-    def arriving(self, place: float, now: float, within_s: float) -> tuple[float, float]:
-        """``(ahead, ahead_requests)``: what `edf_lateness` plans arriving while a request at
-        ``place`` waits ``within_s``."""
-        return self.ahead(place, now, within_s), self.ahead_requests(place, now, within_s)
+    def arriving(self, place: float, now: float) -> Callable[[float], tuple[float, float]]:
+        """``within_s -> (ahead, ahead_requests)`` for a request at ``place`` at ``now``, as
+        `edf_lateness` asks it while it settles a wait: the rates are read once."""
+        rates = [(place - target - now, *self._rates(cls, now))
+                 for cls, target in self.ttft_s.items() if place - target - now > 0]
+
+        def within(within_s: float) -> tuple[float, float]:
+            tokens = requests = 0.0
+            for span_s, token_rate, request_rate in rates:
+                tokens += token_rate * min(span_s, within_s)
+                requests += request_rate * min(span_s, within_s)
+            return tokens, requests
+
+        return within
 
     def check_invariants(self) -> None:
         """Each window's sum matches its entries, and entries are in time order."""

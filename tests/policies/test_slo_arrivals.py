@@ -24,7 +24,7 @@ def test_a_loose_request_expects_the_tight_class_to_keep_arriving_ahead_of_it():
     assert arrivals.ahead(now + 2.0, now) == pytest.approx(3000)
     # ... of which 1,000 in the next half second
     assert arrivals.ahead(now + 2.0, now, 0.5) == pytest.approx(1000)
-    assert arrivals.arriving(now + 2.0, now, 0.5) == pytest.approx((1000, 5))
+    assert arrivals.arriving(now + 2.0, now)(0.5) == pytest.approx((1000, 5))
     assert arrivals.ahead_requests(now + 2.0, now) == pytest.approx(15)
     # A chat request arriving now is served before every later chat request.
     assert arrivals.ahead(now + 0.5, now) == pytest.approx(0, abs=1e-6)
@@ -63,12 +63,11 @@ def test_what_is_ahead_is_never_negative_and_grows_with_the_place(events, place,
         now += gap
         arrivals.observe(cls, work, now)
         arrivals.check_invariants()
-    tokens, requests = arrivals.arriving(now + place, now, math.inf)
+    tokens, requests = arrivals.arriving(now + place, now)(math.inf)
     assert tokens >= 0 and requests >= 0
-    assert all(a >= b - 1e-6 for a, b in zip(arrivals.arriving(now + place + more, now,
-                                                                math.inf),
+    assert all(a >= b - 1e-6 for a, b in zip(arrivals.arriving(now + place + more, now)(math.inf),
                                              (tokens, requests), strict=True))
-    assert all(a <= b + 1e-6 for a, b in zip(arrivals.arriving(now + place, now, more),
+    assert all(a <= b + 1e-6 for a, b in zip(arrivals.arriving(now + place, now)(more),
                                              (tokens, requests), strict=True))
 
 
