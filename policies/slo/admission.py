@@ -522,6 +522,7 @@ class SLOAdmission:
                                  path=None if self.path is None else self.path.stats(self._now),
                                  tpot_headroom=self._feedback.tpot.value,
                                  tpot_error_p90=self._feedback.tpot.error_p90,
+                                 tpot_late_share=self._feedback.tpot.late_share,
                                  tpot_bound_s=None if math.isinf(bound) else bound)
 
     def check_invariants(self) -> None:

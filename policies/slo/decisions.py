@@ -65,6 +65,9 @@ class SLOAdmissionStats:
     tpot_error_p90: float | None = None
     """90th percentile of ``(client TPOT - predicted TPOT) / TPOT target`` over the recent
     admitted streams (None before any client report)."""
+    tpot_late_share: float | None = None
+    """The share of the recent admitted streams slower at the client than their TPOT target
+    (None before any client report)."""
     tpot_bound_s: float | None = None
     """The tightest TPOT target of the classes decoding now (a protected class's with its
     margin): a classed request is admitted only if its predicted TPOT is within

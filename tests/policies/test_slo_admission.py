@@ -667,6 +667,7 @@ def test_streams_slower_at_the_client_than_predicted_lower_the_tpot_headroom():
     stats = admission.stats()
     assert stats.tpot_error_p90 == pytest.approx(0.5)
     assert stats.tpot_headroom == pytest.approx(0.4)
+    assert stats.tpot_late_share == 0.0, "slower than predicted, still within the target"
     assert admission.stats().headroom == 1.0, "first tokens were on time"
     busy = view("busy", 100, arrival_s=300.0)
     admission.ledger.on_admitted(busy, 300.0)  # not idle: the TPOT test applies
@@ -679,13 +680,24 @@ def test_streams_slower_at_the_client_than_predicted_lower_the_tpot_headroom():
     admission.check_invariants()
 
 
+def test_the_share_of_streams_slower_than_their_target_is_reported():
+    admission = policy(path=PathDelays(), feedback_window=20, tpot_headroom=0.9)
+    for index in range(8):
+        request = view(f"r{index}", 100, arrival_s=index * 10.0)
+        first_token_cycle(admission, request, engine_late_s=0.0, egress_s=0.0)
+        tpot = 0.07 if index % 4 == 0 else 0.05  # a quarter past the 0.06 s gold target
+        first = index * 10.0 + 1.0
+        admission.on_client_stream_end(f"r{index}", first, first + 10 * tpot, 11)
+    assert admission.stats().tpot_late_share == 0.25
+
+
 def test_without_stream_reports_the_tpot_headroom_is_the_configured_one():
     admission = policy(path=PathDelays(), feedback_window=20, tpot_headroom=0.9)
     for index in range(20):
         first_token_cycle(admission, view(f"r{index}", 100, arrival_s=index * 10.0),
                           engine_late_s=0.0, egress_s=0.0)
     stats = admission.stats()
-    assert stats.tpot_headroom == 0.9 and stats.tpot_error_p90 is None
+    assert stats.tpot_headroom == 0.9 and stats.tpot_error_p90 is stats.tpot_late_share is None
 
 
 def test_a_loose_request_is_planned_behind_the_tight_requests_still_to_come():

@@ -13,7 +13,8 @@ first token came past its target), ``policies:slo_headroom``
 (`PathDelays`): ``policies:slo_path_seconds{term}`` (``ingress``: arrival to the engine's
 decision; ``egress``: the engine's first token to the client; the p90 admission plans with),
 ``policies:slo_path_client_reports_total``, and the TPOT feedback from streams as the client
-got them: ``policies:slo_tpot_headroom`` and ``policies:slo_tpot_error_p90``;
+got them: ``policies:slo_tpot_headroom``, ``policies:slo_tpot_error_p90`` and
+``policies:slo_tpot_late_share`` (the share of recent streams slower than their target);
 ``policies:slo_tpot_bound_seconds``, the tightest TPOT target of the classes decoding
 (``+Inf`` while none does), which every classed request's predicted TPOT is held to.
 """
@@ -45,6 +46,8 @@ TPOT_HEADROOM = Series("policies:slo_tpot_headroom", "SLO admission's TPOT headr
                        "reached the client)")
 TPOT_ERROR = Series("policies:slo_tpot_error_p90", "p90 of (client TPOT - predicted TPOT) / "
                     "TPOT target over recent admitted streams")
+TPOT_LATE_SHARE = Series("policies:slo_tpot_late_share", "Share of the recent admitted "
+                         "streams that reached the client slower than their TPOT target")
 TPOT_BOUND = Series("policies:slo_tpot_bound_seconds", "Tightest TPOT target of the classes "
                     "decoding, which SLO admission holds every classed request to (+Inf while "
                     "none decodes)")
@@ -54,7 +57,7 @@ PATH = Series("policies:slo_path_seconds", "p90 delay outside the engine step SL
 CLIENT_REPORTS = Series("policies:slo_path_client_reports",
                         "First tokens the API server reported leaving it", counter=True)
 SERIES = (HEADROOM, CLASS_HEADROOM, CLASS_LATE_SHARE, TTFT_ERROR, TRACKED, DEMOTIONS,
-          TPOT_HEADROOM, TPOT_ERROR, TPOT_BOUND, PATH, CLIENT_REPORTS)
+          TPOT_HEADROOM, TPOT_ERROR, TPOT_LATE_SHARE, TPOT_BOUND, PATH, CLIENT_REPORTS)
 
 
 def report_slo_admission(metrics: PolicyMetrics, stats: SLOAdmissionStats) -> None:
@@ -72,6 +75,8 @@ def report_slo_admission(metrics: PolicyMetrics, stats: SLOAdmissionStats) -> No
     metrics.set(TPOT_HEADROOM, stats.tpot_headroom)
     if stats.tpot_error_p90 is not None:
         metrics.set(TPOT_ERROR, stats.tpot_error_p90)
+    if stats.tpot_late_share is not None:
+        metrics.set(TPOT_LATE_SHARE, stats.tpot_late_share)
     metrics.set(TPOT_BOUND, math.inf if stats.tpot_bound_s is None else stats.tpot_bound_s)
     path = stats.path
     if path is not None:

@@ -47,3 +47,4 @@ def test_the_slo_preset_exports_headroom_tracked_requests_and_its_step_model():
     assert registry.get_sample_value("policies:slo_tpot_bound_seconds") == math.inf, (
         "nothing decodes once drained")
     assert registry.get_sample_value("policies:slo_tpot_error_p90") == 0.0, "no stream report"
+    assert registry.get_sample_value("policies:slo_tpot_late_share") == 0.0, "no stream report"
