@@ -24,8 +24,7 @@ share in or "", its remaining prefill in context-free tokens)``."""
 
 Arriving = Callable[[float], tuple[float, float]]
 """``within_s`` -> ``(prefill tokens, requests)`` not admitted yet that will arrive in the next
-``within_s`` seconds and be served before a request (`TighterArrivals.ahead`,
-`TighterArrivals.ahead_requests`)."""
+``within_s`` seconds and be served before a request (`TighterArrivals.arriving`)."""
 SlotReady = Callable[[int, float], float]
 """``(k, arriving)`` -> when a request gets a running slot with ``k`` admitted, unstarted
 requests and ``arriving`` requests still to arrive before it."""
@@ -79,23 +78,26 @@ def edf_lateness(*, now: float, key: float, due: float, share: float, tokens: fl
         own_ahead = ahead
     unstarted = max(0, before - started)  # unstarted requests ahead of it want slots too
 
+    arrivals = arriving or _nothing_arriving
+
     def slot_wait_s(within_s: float) -> float:  # never falls as within_s grows
-        arrived = 0.0 if arriving is None else arriving(within_s)[1]
-        return slot_ready_s(unstarted, arrived) - now
+        return slot_ready_s(unstarted, arrivals(within_s)[1]) - now
 
     # it starts once KV and a slot are free; what arrives ahead of it takes the slots freed
     # while it waits for one, not those freed once it holds its own
-    slot = now + (slot_wait_s(0.0) if arriving is None else _settled(slot_wait_s, key - now))
-    ready = max(kv_ready_s or now, slot)
+    ready = max(kv_ready_s or now, now + _settled(slot_wait_s, key - now))
 
     def first_token_s(arrived_tokens: float) -> float:  # its prefill after the work ahead
         done = now + (own_ahead + arrived_tokens + tokens) / (rate * share) + step_s
         return max(done, ready + tokens / (rate * share) + step_s) if ready > now else done
 
-    if arriving is None:
-        return first_token_s(0.0) - due, added
-    return now + _settled(lambda within_s: first_token_s(arriving(within_s)[0]) - now,
+    return now + _settled(lambda within_s: first_token_s(arrivals(within_s)[0]) - now,
                           key - now) - due, added
+
+
+def _nothing_arriving(_within_s: float) -> tuple[float, float]:
+    """`Arriving` without a plan for the requests still to come."""
+    return 0.0, 0.0
 
 
 def _settled(wait_s: Callable[[float], float], horizon_s: float) -> float:

@@ -36,14 +36,19 @@ class CapacityWaits:
     _memo: tuple[LoadSnapshot, list[tuple[float, float]] | None] | None = attrs.field(
         init=False, default=None, repr=False)
     """Between `hold` and `release`: the load and the KV releases once computed."""
+    _held_finish_rate: float | None = attrs.field(init=False, default=None, repr=False)
+    """Between `hold` and `release`: the slot-release rate once read."""
 
     def hold(self, load: LoadSnapshot) -> None:
-        """Compute the releases at most once until `release` (the ledger stands still)."""
+        """Compute the releases and read the slot-release rate at most once until `release`
+        (the ledger stands still)."""
         self._memo = (load, None)
+        self._held_finish_rate = None
 
     def release(self) -> None:
         """Stop memoizing."""
         self._memo = None
+        self._held_finish_rate = None
 
     def kv_ready_s(self, request: RequestView, load: LoadSnapshot) -> float:
         """When the KV cache has room for ``request`` beside what is admitted: now, if the
@@ -67,9 +72,19 @@ class CapacityWaits:
                 - (load.max_running_requests or math.inf))
         if need <= 0:
             return load.now
-        return slots_free_s(load.now, need, self._releases(load),
-                            self.ledger.finish_rate(load.now, self.finish_window_s),
+        return slots_free_s(load.now, need, self._releases(load), self._finish_rate(load),
                             arriving=arriving)
+
+    def _finish_rate(self, load: LoadSnapshot) -> float:
+        """`PrefillLedger.finish_rate` over ``finish_window_s``, read once per held decision
+        (a settled slot wait asks for it at every bisection step)."""
+        held = self._memo is not None and self._memo[0] is load
+        if held and self._held_finish_rate is not None:
+            return self._held_finish_rate
+        rate = self.ledger.finish_rate(load.now, self.finish_window_s)
+        if held:
+            self._held_finish_rate = rate
+        return rate
 
     def _releases(self, load: LoadSnapshot) -> list[tuple[float, float]]:
         memo = self._memo
