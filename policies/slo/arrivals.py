@@ -12,13 +12,13 @@ over the classes with target ``t``, ``rate(class) * max(0, p - t - now)`` (a req
 class and looser ones add nothing, since their later arrivals rank after it; with a fairness
 lead its own class's do not), or what of it arrives within a wait, for `edf_lateness`: on an
 engine with room a request is served before anything arrives, on a saturated one after every
-arrival up to its turn. The requests themselves are counted the same way (`ahead_requests`):
+arrival up to its turn. The requests themselves are counted the same way (`arriving`):
 each takes a running slot before the request, so on an engine whose slots are the limit, not
 its prefill rate, the loose request still waits for its turn.
 
 Guarantees: the expected work and requests are never negative, are 0 with nothing admitted in
-the last ``memory_s``, and never fall as the place or the wait grows. Reads (`ahead`,
-`ahead_requests`, `rate`, `request_rate`) do not change the state. Time is a parameter
+the last ``memory_s``, and never fall as the place or the wait grows. Reads (`arriving`, `rate`,
+`request_rate`) do not change the state. Time is a parameter
 (``now``, seconds).
 """
 
@@ -89,19 +89,11 @@ class TighterArrivals:
             count -= 1
         return max(0.0, total) / self.memory_s, count / self.memory_s
 
-    def ahead(self, place: float, now: float, within_s: float = math.inf) -> float:
-        """Prefill tokens expected to be admitted in the next ``within_s`` seconds and
-        ranked ahead of a request at ``place`` in the order."""
-        return self.arriving(place, now)(within_s)[0]
-
-    def ahead_requests(self, place: float, now: float, within_s: float = math.inf) -> float:
-        """Requests expected to be admitted in the next ``within_s`` seconds and ranked ahead
-        of a request at ``place`` in the order (each wants a running slot before it)."""
-        return self.arriving(place, now)(within_s)[1]
-
     def arriving(self, place: float, now: float) -> Callable[[float], tuple[float, float]]:
-        """``within_s -> (ahead, ahead_requests)`` for a request at ``place`` at ``now``, as
-        `edf_lateness` asks it while it settles a wait: the rates are read once."""
+        """``within_s -> (prefill tokens, requests)`` expected to be admitted in the next
+        ``within_s`` seconds and ranked ahead of a request at ``place`` in the order at
+        ``now`` (each request wants a running slot before it), as `edf_lateness` asks it
+        while it settles a wait: the rates are read once."""
         rates = [(place - target - now, *self._rates(cls, now))
                  for cls, target in self.ttft_s.items() if place - target - now > 0]
 

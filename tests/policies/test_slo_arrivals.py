@@ -20,17 +20,16 @@ def test_a_loose_request_expects_the_tight_class_to_keep_arriving_ahead_of_it():
     now = 1.95
     assert arrivals.rate("chat", now) == pytest.approx(2000)
     assert arrivals.request_rate("chat", now) == pytest.approx(10)
-    # A rag request arriving now is served after chat arriving within 1.5 s: 3,000 tokens.
-    assert arrivals.ahead(now + 2.0, now) == pytest.approx(3000)
-    # ... of which 1,000 in the next half second
-    assert arrivals.ahead(now + 2.0, now, 0.5) == pytest.approx(1000)
+    # A rag request arriving now is served after chat arriving within 1.5 s: 3,000 tokens,
+    # 15 requests ...
+    assert arrivals.arriving(now + 2.0, now)(math.inf) == pytest.approx((3000, 15))
+    # ... of which 1,000 tokens and 5 requests in the next half second
     assert arrivals.arriving(now + 2.0, now)(0.5) == pytest.approx((1000, 5))
-    assert arrivals.ahead_requests(now + 2.0, now) == pytest.approx(15)
     # A chat request arriving now is served before every later chat request.
-    assert arrivals.ahead(now + 0.5, now) == pytest.approx(0, abs=1e-6)
+    assert arrivals.arriving(now + 0.5, now)(math.inf) == pytest.approx((0, 0), abs=1e-6)
     # rag admissions never rank ahead of a request already here.
     arrivals.observe("rag", 1500, now)
-    assert arrivals.ahead(now + 2.0, now) == pytest.approx(3000)
+    assert arrivals.arriving(now + 2.0, now)(math.inf) == pytest.approx((3000, 15))
     arrivals.check_invariants()
 
 
@@ -38,7 +37,7 @@ def test_admissions_older_than_the_memory_are_forgotten():
     arrivals = TighterArrivals(ttft_s=TARGETS, memory_s=2.0)
     arrivals.observe("chat", 400, 0.0)
     assert arrivals.rate("chat", 1.0) == pytest.approx(200)
-    assert arrivals.rate("chat", 2.5) == 0 and arrivals.ahead(4.5, 2.5) == 0
+    assert arrivals.rate("chat", 2.5) == 0 and arrivals.arriving(4.5, 2.5)(math.inf) == (0, 0)
     arrivals.observe("chat", 100, 3.0)  # the old entry leaves the window
     assert arrivals.rate("chat", 3.0) == pytest.approx(50)
     arrivals.observe("unknown", 100, 3.0)  # a class without a target is not recorded
