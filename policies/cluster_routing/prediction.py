@@ -21,6 +21,12 @@ class DeadlineTest:
     step of ``token_budget`` tokens beside the running decodes reaches
     (`StepTimeModel.prefill_tokens_per_s`), plus one step. A replica that reports no model is
     predicted with ``fallback_model``.
+
+    A replica's reported headrooms and TPOT bound hold while it is busy. An idle replica
+    (nothing running, waiting or queued there, none sent since its report) is judged with
+    ``headroom`` and the request's own TPOT target instead: its headrooms are corrected only
+    by the requests it decides on, so a router that judged it by the headroom an overload
+    left it would never send it the requests that raise it again.
     """
 
     headroom: float = attrs.field(default=0.9, validator=fraction)
@@ -61,20 +67,25 @@ class DeadlineTest:
 
     def ttft_share(self, report: ReplicaReport) -> float:
         """The share of a TTFT target a prediction may use on ``report``'s replica: the
-        headroom its own admission reports, else ``headroom``."""
-        return self.headroom if report.ttft_headroom is None else report.ttft_headroom
+        headroom its own admission reports while it is busy, else ``headroom``."""
+        if report.ttft_headroom is None or _idle(report):
+            return self.headroom
+        return report.ttft_headroom
 
     def meets(self, request: ClusterRequest, report: ReplicaReport, predicted_ttft_s: float,
               ttft_s: float) -> bool:
         """Whether ``predicted_ttft_s`` is within the replica's share of ``ttft_s`` and the
         predicted TPOT within its share of the tighter of the request's TPOT target (if any)
         and the replica's bound for the classes decoding there (``tpot_bound_s``, which its
-        own admission holds every classed request to)."""
+        own admission holds every classed request to), both as reported while it is busy."""
         if predicted_ttft_s > self.ttft_share(report) * ttft_s:
             return False
-        bound = min(request.tpot_s or math.inf, report.tpot_bound_s or math.inf)
-        return math.isinf(bound) or (
-            self.predict_tpot_s(request, report) <= (report.tpot_headroom or 1.0) * bound)
+        if _idle(report):
+            bound, tpot_share = request.tpot_s or math.inf, 1.0
+        else:
+            bound = min(request.tpot_s or math.inf, report.tpot_bound_s or math.inf)
+            tpot_share = report.tpot_headroom or 1.0
+        return math.isinf(bound) or self.predict_tpot_s(request, report) <= tpot_share * bound
 
     def has_room(self, request: ClusterRequest, report: ReplicaReport, now: float, *,
                  rate_share: float = 1.0) -> bool:
@@ -87,3 +98,9 @@ class DeadlineTest:
             return True
         return self.meets(request, report, self.predict_ttft_s(
             request, report, 0, now, rate_share=rate_share), request.ttft_s)
+
+
+def _idle(report: ReplicaReport) -> bool:
+    """Nothing running, waiting or queued on ``report``'s replica."""
+    return report.running_requests == 0 and report.waiting_requests == 0 and (
+        report.queued_prefill_tokens == 0)

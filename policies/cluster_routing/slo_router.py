@@ -50,9 +50,11 @@ class SLORouter(ClusterRouter):
           max_retry_after_s]``: the least predicted lateness over the accepting replicas.
         * `retry` places a request at most once, on another replica, under the same test;
           the session stays pinned where it was.
-        * A replica that reports its own admission's headrooms (``ttft_headroom``,
+        * A busy replica that reports its own admission's headrooms (``ttft_headroom``,
           ``tpot_headroom``) is judged with them instead of ``headroom`` and 1, so that what
-          the router sends there passes the replica's own test as far as the prediction goes.
+          the router sends there passes the replica's own test as far as the prediction goes;
+          an idle one with ``headroom`` and the request's own TPOT target
+          (`DeadlineTest`).
         * With ``fairness``, tenants share each class across the cluster by weight: every
           request routed is charged to its tenant (`ClassFairShare.on_admitted`) its uncached
           prefill (on the chosen replica) plus its expected decode (the recent finished

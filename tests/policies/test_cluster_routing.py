@@ -224,6 +224,22 @@ def test_a_replica_is_judged_by_the_headrooms_its_admission_reports() -> None:
         attrs.evolve(lax, tpot_headroom=0.0)
 
 
+def test_an_idle_replica_is_judged_by_the_router_s_headroom_not_the_one_it_reports() -> None:
+    # An overload left the replica's headrooms at their floor, and only the requests it
+    # decides on correct them: judged by them while idle, it would never be sent one again.
+    router = SLORouter(replicas=("a",), headroom=0.9)
+    floored = attrs.evolve(report("a"), ttft_headroom=0.05, tpot_headroom=0.05,
+                           tpot_bound_s=0.05)
+    assert 0.05 < router.predict_ttft_s(request(prompt=4000), floored, 0, 0.0) < 0.9
+    assert router.route(request("x", prompt=4000), {"a": floored}, 0.0).replica == "a"
+    hopeless = router.route(request("big", prompt=60_000), {"a": floored}, 0.0)
+    assert hopeless.replica is None, "predicted past the router's own headroom"
+    for busy in (attrs.evolve(floored, running_requests=1),
+                 attrs.evolve(floored, waiting_requests=1),
+                 attrs.evolve(floored, queued_prefill_tokens=100)):
+        assert router.route(request("y", prompt=4000), {"a": busy}, 0.0).replica is None
+
+
 def test_a_replica_decoding_a_tighter_class_holds_the_request_to_that_class_tpot() -> None:
     router = SLORouter(replicas=("a", "b"))
     # ~0.085 s a token on either replica: within the request's own 0.1 s target, but a's
