@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -33,22 +34,19 @@ class CapacityWaits:
     """The longest first-token target: the wait for a slot is planned at most that far
     ahead, so the slot-release rate is measured over as long."""
 
-    _memo: tuple[LoadSnapshot, list[tuple[float, float]] | None] | None = attrs.field(
+    _held: tuple[LoadSnapshot, dict[str, Any]] | None = attrs.field(
         init=False, default=None, repr=False)
-    """Between `hold` and `release`: the load and the KV releases once computed."""
-    _held_finish_rate: float | None = attrs.field(init=False, default=None, repr=False)
-    """Between `hold` and `release`: the slot-release rate once read."""
+    """Between `hold` and `release`: the load and what was computed under it (the KV
+    releases, the slot-release rate)."""
 
     def hold(self, load: LoadSnapshot) -> None:
         """Compute the releases and read the slot-release rate at most once until `release`
         (the ledger stands still)."""
-        self._memo = (load, None)
-        self._held_finish_rate = None
+        self._held = (load, {})
 
     def release(self) -> None:
         """Stop memoizing."""
-        self._memo = None
-        self._held_finish_rate = None
+        self._held = None
 
     def kv_ready_s(self, request: RequestView, load: LoadSnapshot) -> float:
         """When the KV cache has room for ``request`` beside what is admitted: now, if the
@@ -78,21 +76,22 @@ class CapacityWaits:
     def _finish_rate(self, load: LoadSnapshot) -> float:
         """`PrefillLedger.finish_rate` over ``finish_window_s``, read once per held decision
         (a settled slot wait asks for it at every bisection step)."""
-        held = self._memo is not None and self._memo[0] is load
-        if held and self._held_finish_rate is not None:
-            return self._held_finish_rate
-        rate = self.ledger.finish_rate(load.now, self.finish_window_s)
-        if held:
-            self._held_finish_rate = rate
-        return rate
+        return self._once(load, "finish_rate",
+                          lambda: self.ledger.finish_rate(load.now, self.finish_window_s))
 
     def _releases(self, load: LoadSnapshot) -> list[tuple[float, float]]:
-        memo = self._memo
-        if memo is not None and memo[0] is load and memo[1] is not None:
-            return memo[1]
-        rate, step_s = self.rate_and_step(load)
-        tpot_s = getattr(self.step_model, "recent_step_s", None) or step_s
-        releases = self.ledger.kv_releases(load.now, tpot_s, rate)
-        if memo is not None and memo[0] is load:
-            self._memo = (load, releases)
-        return releases
+        def releases() -> list[tuple[float, float]]:
+            rate, step_s = self.rate_and_step(load)
+            tpot_s = getattr(self.step_model, "recent_step_s", None) or step_s
+            return self.ledger.kv_releases(load.now, tpot_s, rate)
+
+        return self._once(load, "releases", releases)
+
+    def _once(self, load: LoadSnapshot, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, kept under ``name`` while ``load`` is held."""
+        held = self._held
+        if held is None or held[0] is not load:
+            return compute()
+        if name not in held[1]:
+            held[1][name] = compute()
+        return held[1][name]
