@@ -10,6 +10,12 @@ the head node where it does not listen) unless ``RAY_ENABLE_WINDOWS_OR_OSX_CLUST
 is set before Ray is imported: importing this module sets it when Ray is not imported
 yet; when Ray was imported without it, the nodes listen on the machine's address (with a
 warning) and only Serve's HTTP proxy on 127.0.0.1.
+
+vLLM's CPU engine binds its OpenMP threads to cores it picks from its own view of the
+machine (``VLLM_CPU_OMP_THREADS_BIND=auto``), so every replica on one machine picks the
+same ones (core 0 on a 2-core machine) and their forward passes share them. Each node's
+processes are therefore given their own share of the cores (`engine_core_binds`), unless
+``VLLM_CPU_OMP_THREADS_BIND`` is already set.
 """
 
 from __future__ import annotations
@@ -27,6 +33,24 @@ LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 if "ray" not in sys.modules:
     os.environ.setdefault(LOOPBACK_ENV, "0")
+
+
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+"""vLLM's CPU thread binding: ``auto``, ``nobind`` or a core list (``0-3``, ``5``)."""
+
+
+def engine_core_binds(nodes: int, cpus: int) -> list[str]:
+    """Each node's share of ``cpus`` cores, as ``VLLM_CPU_OMP_THREADS_BIND`` values: equal
+    contiguous ranges, node ``i`` on core ``i mod cpus`` where there are fewer cores than
+    nodes."""
+    if nodes < 1 or cpus < 1:
+        raise ValueError(f"nodes and cpus must be >= 1, got {nodes!r}, {cpus!r}")
+    share = max(1, cpus // nodes)
+    binds = []
+    for index in range(nodes):
+        first = (index * share) % cpus
+        binds.append(str(first) if share == 1 else f"{first}-{first + share - 1}")
+    return binds
 
 
 _AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
@@ -94,12 +118,21 @@ class LocalCluster:
                           f"{self.host} (import integrations.ray_serve.cluster first)",
                           stacklevel=3)
         self._cluster = Cluster()
+        binds = (None if OMP_BIND_ENV in os.environ
+                 else engine_core_binds(self.nodes, len(os.sched_getaffinity(0))))
         for index in range(self.nodes):  # the first is the head, without Ray's dashboard
             # Fixed agent ports: the raylet then need not wait (15 s at most) for the agents to
             # publish two of them, which a loaded machine can miss.
             ports = {name: _free_port(self.host) for name in _AGENT_PORTS}
             head = {"include_dashboard": False} if index == 0 else {}
-            self._cluster.add_node(**node, **ports, **head)
+            if binds is None:
+                self._cluster.add_node(**node, **ports, **head)
+                continue
+            os.environ[OMP_BIND_ENV] = binds[index]  # the node's raylet and workers inherit it
+            try:
+                self._cluster.add_node(**node, **ports, **head)
+            finally:
+                del os.environ[OMP_BIND_ENV]
         ray.init(address=self._cluster.address, log_to_driver=self.log_to_driver)
         serve.start(http_options={"host": self.host, "port": self.http_port})
 

@@ -1,4 +1,5 @@
-"""The Ray Serve package's pure parts: prefix keys, the in-process ASGI call."""
+"""The Ray Serve package's pure parts: prefix keys, the in-process ASGI call, the local
+cluster's core shares."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import pytest
 
 from integrations.ray_serve.asgi import ResponseStart, call_asgi
+from integrations.ray_serve.cluster import engine_core_binds
 from integrations.ray_serve.prefix import PromptKeys, block_keys
 
 
@@ -80,3 +82,13 @@ def test_closing_the_call_tells_the_app_the_client_left():
 
     asyncio.run(run())
     assert seen == ["http.disconnect"]
+
+
+def test_each_local_node_gets_its_own_cores_for_its_engines():
+    """vLLM's automatic binding would put every replica's threads on the same cores."""
+    assert engine_core_binds(2, 2) == ["0", "1"]
+    assert engine_core_binds(2, 8) == ["0-3", "4-7"]
+    assert engine_core_binds(3, 8) == ["0-1", "2-3", "4-5"]
+    assert engine_core_binds(3, 2) == ["0", "1", "0"]  # fewer cores than nodes: they share
+    with pytest.raises(ValueError, match="nodes and cpus"):
+        engine_core_binds(0, 2)
