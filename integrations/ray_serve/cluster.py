@@ -28,6 +28,8 @@ import warnings
 
 import attrs
 
+from integrations.environment import child_environment
+
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 """Ray's switch that makes it use the loopback address as the node address when "0"."""
 
@@ -51,6 +53,13 @@ def engine_core_binds(nodes: int, cpus: int) -> list[str]:
         first = (index * share) % cpus
         binds.append(str(first) if share == 1 else f"{first}-{first + share - 1}")
     return binds
+
+
+def _cpus() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 _AGENT_PORTS = ("metrics_agent_port", "metrics_export_port", "dashboard_agent_listen_port",
@@ -118,21 +127,15 @@ class LocalCluster:
                           f"{self.host} (import integrations.ray_serve.cluster first)",
                           stacklevel=3)
         self._cluster = Cluster()
-        binds = (None if OMP_BIND_ENV in os.environ
-                 else engine_core_binds(self.nodes, len(os.sched_getaffinity(0))))
+        binds = None if OMP_BIND_ENV in os.environ else engine_core_binds(self.nodes, _cpus())
         for index in range(self.nodes):  # the first is the head, without Ray's dashboard
             # Fixed agent ports: the raylet then need not wait (15 s at most) for the agents to
             # publish two of them, which a loaded machine can miss.
             ports = {name: _free_port(self.host) for name in _AGENT_PORTS}
             head = {"include_dashboard": False} if index == 0 else {}
-            if binds is None:
+            bind = {} if binds is None else {OMP_BIND_ENV: binds[index]}
+            with child_environment(bind):  # the node's raylet and workers inherit it
                 self._cluster.add_node(**node, **ports, **head)
-                continue
-            os.environ[OMP_BIND_ENV] = binds[index]  # the node's raylet and workers inherit it
-            try:
-                self._cluster.add_node(**node, **ports, **head)
-            finally:
-                del os.environ[OMP_BIND_ENV]
         ray.init(address=self._cluster.address, log_to_driver=self.log_to_driver)
         serve.start(http_options={"host": self.host, "port": self.http_port})
 

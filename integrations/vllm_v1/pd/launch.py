@@ -17,9 +17,7 @@ transfer anything.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import shutil
 import socket
 import tempfile
@@ -27,12 +25,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import attrs
 from aiohttp import web
 
+from integrations.environment import child_environment
 from integrations.vllm_v1.config.pd_roles import PD_ROLES, STOCK, PDRole
 from integrations.vllm_v1.pd.proxy import PDProxy
 from integrations.vllm_v1.pipeline import Pipeline
@@ -62,21 +61,6 @@ def runs_on_cpu() -> bool:
     from integrations.vllm_v1.vllm_surface.names import platform_is_cpu
 
     return platform_is_cpu()
-
-
-@contextlib.contextmanager
-def _child_environment(overrides: Mapping[str, str]) -> Iterator[None]:
-    """``overrides`` in ``os.environ`` while a child server is spawned (it copies the env)."""
-    saved = {name: os.environ.get(name) for name in overrides}
-    os.environ.update(overrides)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @attrs.define(eq=False)
@@ -157,7 +141,7 @@ class PDDeployment:
                     environment = {} if on_cpu else {
                         "CUDA_VISIBLE_DEVICES": str(len(servers)),
                         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port(host))}
-                    with _child_environment(environment):
+                    with child_environment(environment):
                         servers[name] = LocalServer.start(
                             role.applied_to(pipeline or Pipeline()), model, host=host,
                             port=free_port(host),
